@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: GPL-2.0
+# rodp: `make` builds rodp.ko against KDIR (default: the cached test kernel); `make run` boots a
+# guest with rodp0; `make check` runs every test in the guest; `make bench` compares with rxe.
+
+KDIR ?= $(shell scripts/kernel.sh 2>/dev/null)
+LLVM ?= -19
+RUSTC ?= /usr/bin/rustc
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC)
+
+.PHONY: all modules clean setup kernel rootfs selftests run check fmt fmt-check bench
+
+all: modules
+
+modules:
+	@test -n "$(KDIR)" || { echo "no kernel: run 'make setup kernel' or pass KDIR=" >&2; exit 1; }
+	$(KMAKE) modules
+
+clean:
+	@test -z "$(KDIR)" || $(KMAKE) clean
+	$(MAKE) -C selftests clean
+
+setup:
+	scripts/setup.sh
+
+kernel: setup
+	scripts/kernel.sh
+
+rootfs: setup
+	scripts/rootfs.sh
+
+selftests:
+	$(MAKE) -C selftests KDIR=$(KDIR)
+
+fmt:
+	rustfmt --edition 2021 --config-path $(KDIR)/../$(notdir $(shell readlink -f $(KDIR)/source)).rustfmt.toml $(wildcard rust/*.rs rust/ib/*.rs)
+
+fmt-check:
+	scripts/fmt.sh --check
+
+run:
+	scripts/run.sh demo
+
+check:
+	scripts/run.sh check
+
+bench:
+	scripts/run.sh bench

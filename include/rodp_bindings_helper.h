@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Headers rodp's bindings are generated from (rust/bindings.rs). */
+#include <linux/netdevice.h>
+#include <linux/module.h>
+#include <net/addrconf.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/ib_cache.h>
+#include <rdma/ib_mad.h>
+#include <rdma/rdma_netlink.h>
+#include <rdma/ib_umem_odp.h>
+#include <rdma/uverbs_ioctl.h>
+#include <uapi/rdma/rdma_user_rxe.h>
+#include <linux/hmm.h>
+#include <linux/mmu_notifier.h>

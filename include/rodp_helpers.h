@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * C helpers for rodp: static inline functions and macros the Rust side cannot call, plus the
+ * few places that walk kernel lists. Every function here is used only by rust/ib/.
+ */
+#ifndef RODP_HELPERS_H
+#define RODP_HELPERS_H
+
+#include <linux/module.h>
+#include <linux/netdevice.h>
+#include <rdma/ib_verbs.h>
+
+struct ib_device *rodp_helper_ib_alloc_device(size_t size);
+struct net_device *rodp_helper_netdev_notifier_info_to_dev(void *info);
+void rodp_helper_dev_put(struct net_device *ndev);
+unsigned int rodp_helper_netdev_mtu(const struct net_device *ndev);
+bool rodp_helper_netdev_is_up(const struct net_device *ndev);
+enum ib_port_state rodp_helper_ib_get_curr_port_state(struct net_device *ndev);
+void rodp_helper_netdev_eui48(const struct net_device *ndev, u8 *eui64);
+const char *rodp_helper_netdev_name(const struct net_device *ndev);
+bool rodp_helper_is_vlan_dev(const struct net_device *ndev);
+enum ib_mtu rodp_helper_iboe_get_mtu(int mtu);
+bool rodp_helper_module_loaded(const char *name);
+const char *rodp_helper_module_name(const struct module *mod);
+void rodp_helper_get_device(struct ib_device *ibdev);
+void rodp_helper_put_device(struct ib_device *ibdev);
+int rodp_helper_notifier_from_errno(int err);
+u64 rodp_helper_cpu_to_be64(u64 v);
+struct ib_ucontext *rodp_helper_udata_to_ucontext(struct ib_udata *udata);
+void *rodp_helper_vmalloc_user(unsigned long size);
+void rodp_helper_vfree(void *addr);
+int rodp_helper_remap_vmalloc_range(struct vm_area_struct *vma, void *addr);
+void rodp_helper_mark_name_assigned_by_user(struct ib_device *ibdev);
+u64 rodp_helper_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
+
+#endif

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The rodp device: `rdma link add`/`delete`, device and port attributes (rxe's `rxe.c`,
+//! `rxe_net.c` and the query verbs of `rxe_verbs.c`).
+
+use crate::{
+    ib::{
+        self,
+        device::{Bound, NewDevice},
+        link::{self, Link},
+        netdev::{ib_mtu_for, PortState},
+        object::UContext,
+        DeviceAttr, NetDev, PortAttr,
+    },
+    limit::Limit,
+    pd, ucontext,
+};
+use kernel::{
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+    ModuleMetadata, ThisModule,
+};
+
+/// This module, the owner of every rodp device.
+const MODULE: &ThisModule = &<crate::RodpModule as ModuleMetadata>::THIS_MODULE;
+
+/// The in-tree soft-RoCE driver, which must never be loaded next to rodp (see
+/// `Documentation/rodp.rst`): it claims every device with rodp's driver id as its own.
+const RXE_MODULE: &CStr = c"rdma_rxe";
+
+/// Number of GID entries per port: room for many addresses, small enough to read quickly.
+pub(crate) const GID_TABLE_LEN: i32 = 128;
+
+/// Largest message: 2 GiB, the IBA limit for a single message.
+pub(crate) const MAX_MSG_SIZE: u32 = 1 << 31;
+
+/// Maximum number of protection domains per device.
+pub(crate) const MAX_PD: u32 = 1 << 16;
+
+/// Number of rodp devices alive; while nonzero, rdma_rxe may not load.
+static DEVICES: Atomic<i32> = Atomic::new(0);
+
+/// The driver data of one rodp device.
+pub(crate) struct Rodp {
+    /// `sys_image_guid`, from the netdev's MAC address.
+    guid_be: u64,
+    /// Protection domains allocated, at most `MAX_PD`.
+    pub(crate) pds: Limit,
+}
+
+/// A rodp device as ib_core's callbacks see it.
+pub(crate) type Device = ib::Device<Rodp>;
+
+impl Rodp {
+    fn new(ndev: &NetDev) -> Result<Self> {
+        let pds = Limit::new(MAX_PD)?;
+        DEVICES.add(1, Relaxed);
+        Ok(Self { guid_be: u64::from_ne_bytes(ndev.eui64()), pds })
+    }
+}
+
+impl Drop for Rodp {
+    fn drop(&mut self) {
+        DEVICES.add(-1, Relaxed);
+    }
+}
+
+#[vtable]
+impl ib::Driver for Rodp {
+    type UContext = ucontext::UContext;
+    type Pd = pd::Pd;
+
+    fn query_device(dev: &Device) -> DeviceAttr {
+        // Only what works is reported: no QPs, CQs or MRs yet.
+        DeviceAttr {
+            sys_image_guid_be: dev.guid_be,
+            vendor_id: 0xffffff,
+            max_pd: MAX_PD,
+            max_pkeys: 1,
+            allow_user_unreg: true,
+            ..Default::default()
+        }
+    }
+
+    fn query_port(dev: &Device, _port: u32) -> Result<PortAttr> {
+        let ndev = dev.netdev(1).ok_or(ENODEV)?;
+        let mtu = ndev.mtu();
+        Ok(PortAttr {
+            active: ndev.port_state() == PortState::Active,
+            link_up: ndev.is_up(),
+            max_mtu: ib_mtu_for(u32::MAX),
+            active_mtu: ib_mtu_for(mtu),
+            phys_mtu: mtu,
+            gid_tbl_len: GID_TABLE_LEN,
+            max_msg_sz: MAX_MSG_SIZE,
+            pkey_tbl_len: 1,
+        })
+    }
+
+    fn alloc_ucontext(dev: &Device) -> Result<ucontext::UContext> {
+        ucontext::UContext::new(dev)
+    }
+
+    fn alloc_pd(dev: &Device, _ctx: Option<&UContext<Rodp>>) -> Result<pd::Pd> {
+        pd::Pd::new(dev)
+    }
+}
+
+impl Link for Rodp {
+    const TYPE: &'static CStr = c"rodp";
+
+    fn newlink(name: &CStr, ndev: &NetDev) -> Result {
+        if link::module_loaded(RXE_MODULE) {
+            pr_err!("{RXE_MODULE:?} is loaded: refusing to create {name:?}; unload it first\n");
+            return Err(EBUSY);
+        }
+        if ndev.is_vlan() {
+            pr_err!("{name:?}: create it on the real device under {:?}\n", ndev.name());
+            return Err(EPERM);
+        }
+        match ib::device::bound_to(ndev, MODULE) {
+            Bound::Nothing => {}
+            Bound::Ours => {
+                pr_err!("{:?} already has a rodp device\n", ndev.name());
+                return Err(EEXIST);
+            }
+            Bound::Other => {
+                pr_err!("{:?} already has an rxe device\n", ndev.name());
+                return Err(EBUSY);
+            }
+        }
+        let new = NewDevice { name, netdev: ndev, node_desc: c"rodp", owner: MODULE };
+        ib::Device::<Rodp>::register(&new, Rodp::new(ndev))
+    }
+
+    fn netdev_unregister(ndev: &NetDev) {
+        ib::device::unregister_queued_by_netdev(ndev, MODULE);
+    }
+
+    fn module_coming(name: &CStr) -> Result {
+        if name == RXE_MODULE && DEVICES.load(Relaxed) > 0 {
+            pr_err!("refusing to load {RXE_MODULE:?} while rodp devices exist: delete them first\n");
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    fn teardown() {
+        // rdma_rxe cannot load while rodp devices exist, so when it is loaded now every device
+        // of the shared driver id is rxe's own and must be left alone.
+        if !link::module_loaded(RXE_MODULE) {
+            ib::device::unregister_all();
+        }
+    }
+}

@@ -1,0 +1,489 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! IB devices with Rust driver data (`struct ib_device`, `struct ib_device_ops`).
+//!
+//! ib_core allocates the device (`_ib_alloc_device`) with room for the driver's data after the
+//! `ib_device`, and frees it after calling `dealloc_driver`, which drops that data in place.
+
+use super::{
+    mmap,
+    netdev::{NetDev, NetDevRef},
+    object::{Pd, UContext},
+};
+use crate::bindings;
+use core::{mem::offset_of, ptr::addr_of_mut};
+use kernel::{error::from_result, prelude::*, types::Opaque, ThisModule};
+
+/// The uverbs ABI version of the rxe provider (`RXE_UVERBS_ABI_VERSION` in rxe.h); rdma-core's
+/// rxe provider binds only devices that report it.
+const RXE_UVERBS_ABI_VERSION: u32 = 2;
+
+/// Device attributes a driver reports from `query_device`; zero means "not supported".
+#[derive(Default)]
+pub(crate) struct DeviceAttr {
+    /// `sys_image_guid`, in network byte order as the core expects.
+    pub(crate) sys_image_guid_be: u64,
+    /// Largest MR in bytes.
+    pub(crate) max_mr_size: u64,
+    /// Supported page sizes as a bit mask.
+    pub(crate) page_size_cap: u64,
+    /// IEEE OUI of the vendor.
+    pub(crate) vendor_id: u32,
+    /// Vendor part number.
+    pub(crate) vendor_part_id: u32,
+    /// Hardware version.
+    pub(crate) hw_ver: u32,
+    /// Maximum number of protection domains.
+    pub(crate) max_pd: u32,
+    /// Number of partition keys in the table.
+    pub(crate) max_pkeys: u16,
+    /// Whether `rdma link delete` may remove the device (`IBK_ALLOW_USER_UNREG`).
+    pub(crate) allow_user_unreg: bool,
+}
+
+/// Port attributes a driver reports from `query_port`.
+pub(crate) struct PortAttr {
+    /// Whether the port is active.
+    pub(crate) active: bool,
+    /// Physical state: true when the link is up, false when disabled.
+    pub(crate) link_up: bool,
+    /// Largest IB MTU (`IB_MTU_*` value).
+    pub(crate) max_mtu: u32,
+    /// Current IB MTU (`IB_MTU_*` value).
+    pub(crate) active_mtu: u32,
+    /// Ethernet MTU of the underlying netdev.
+    pub(crate) phys_mtu: u32,
+    /// Number of GID table entries.
+    pub(crate) gid_tbl_len: i32,
+    /// Largest message in bytes.
+    pub(crate) max_msg_sz: u32,
+    /// Number of P_Key table entries.
+    pub(crate) pkey_tbl_len: u16,
+}
+
+/// The verbs a driver implements; each optional one is left NULL in the ops table when absent.
+#[vtable]
+pub(crate) trait Driver: Sized + Send + Sync + 'static {
+    /// Per-process context data (`struct ib_ucontext`).
+    type UContext: Send + Sync;
+    /// Protection domain data (`struct ib_pd`).
+    type Pd: Send + Sync;
+
+    /// Reports device attributes.
+    fn query_device(dev: &Device<Self>) -> DeviceAttr;
+
+    /// Reports attributes of port `port` (1-based, already range checked).
+    fn query_port(dev: &Device<Self>, port: u32) -> Result<PortAttr>;
+
+    /// Creates the data of a new user context.
+    fn alloc_ucontext(dev: &Device<Self>) -> Result<Self::UContext>;
+
+    /// Creates the data of a new protection domain.
+    fn alloc_pd(dev: &Device<Self>, ctx: Option<&UContext<Self>>) -> Result<Self::Pd>;
+}
+
+/// An IB device whose driver data is a `T`.
+///
+/// # Invariants
+///
+/// `ib` was allocated by `_ib_alloc_device` with room for `Self`; `data` is initialised from
+/// the moment the ops table is installed until `dealloc_driver` drops it.
+#[repr(C)]
+#[pin_data]
+pub(crate) struct Device<T: Driver> {
+    #[pin]
+    ib: Opaque<bindings::ib_device>,
+    #[pin]
+    data: T,
+}
+
+
+// SAFETY: The C part is protected by ib_core's own locking; `T` is `Send + Sync`.
+unsafe impl<T: Driver> Send for Device<T> {}
+// SAFETY: As above.
+unsafe impl<T: Driver> Sync for Device<T> {}
+
+impl<T: Driver> core::ops::Deref for Device<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.data
+    }
+}
+
+/// What a new device is called and bound to.
+pub(crate) struct NewDevice<'a> {
+    /// The `rdma link add` name.
+    pub(crate) name: &'a CStr,
+    /// The netdev of port 1.
+    pub(crate) netdev: &'a NetDev,
+    /// Node description shown by `ibv_devinfo`.
+    pub(crate) node_desc: &'a CStr,
+    /// The module that owns the device (pinned while user contexts are open).
+    pub(crate) owner: &'static ThisModule,
+}
+
+impl<T: Driver> Device<T> {
+    /// Allocates, initialises and registers a device; on return ib_core owns it.
+    ///
+    /// The device may be unregistered (and freed) by another thread as soon as this returns, so
+    /// nothing is handed back.
+    pub(crate) fn register(new: &NewDevice<'_>, init: impl PinInit<T, Error>) -> Result {
+        // ib_core finds the driver's object at the address of its `ib_device`.
+        const { assert!(offset_of!(Self, ib) == 0) };
+        // SAFETY: FFI call; the size covers `Self`, whose first field is the `ib_device`.
+        let ib = unsafe { bindings::ib_alloc_device(size_of::<Self>()) };
+        if ib.is_null() {
+            return Err(ENOMEM);
+        }
+        let this = ib.cast::<Self>();
+        // SAFETY: `this` points to fresh, exclusively owned memory large enough for `Self`.
+        if let Err(e) = unsafe { init.__init(addr_of_mut!((*this).data)) } {
+            // SAFETY: No ops are installed yet, so this frees only ib_core's part.
+            unsafe { bindings::ib_dealloc_device(ib) };
+            return Err(e);
+        }
+        let mut ops = Self::OPS;
+        ops.owner = new.owner.as_ptr();
+        // SAFETY: `ib` is a valid, unregistered device that we own; `data` is initialised, so the
+        // `dealloc_driver` op installed here may drop it. `ib_set_device_ops` copies `ops`.
+        unsafe {
+            (*ib).node_type = bindings::RDMA_NODE_IB_CA as _;
+            (*ib).phys_port_cnt = 1;
+            (*ib).num_comp_vectors = 1;
+            (*ib).local_dma_lkey = 0;
+            (*ib).node_guid = u64::from_ne_bytes(new.netdev.eui64());
+            let desc = new.node_desc.to_bytes();
+            let n = desc.len().min((*ib).node_desc.len() - 1);
+            for (d, s) in (*ib).node_desc.iter_mut().zip(&desc[..n]) {
+                *d = *s as _;
+            }
+            bindings::mark_name_assigned_by_user(ib);
+            bindings::ib_set_device_ops(ib, &ops);
+        }
+        // SAFETY: `ib` is valid and the netdev is referenced by the caller; the core takes its
+        // own reference.
+        let ret = unsafe { bindings::ib_device_set_netdev(ib, new.netdev.as_raw(), 1) };
+        let ret = if ret == 0 {
+            // SAFETY: `ib` is fully set up; NULL selects ib_core's virtual DMA.
+            unsafe { bindings::ib_register_device(ib, new.name.as_char_ptr(), core::ptr::null_mut()) }
+        } else {
+            ret
+        };
+        if ret != 0 {
+            // SAFETY: After a failed registration the caller deallocates; this runs
+            // `dealloc_driver`, which drops `data`.
+            unsafe { bindings::ib_dealloc_device(ib) };
+        }
+        kernel::error::to_result(ret)
+    }
+
+    /// Returns the raw `ib_device`.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
+        self.ib.get()
+    }
+
+    /// The netdev bound to `port`, referenced.
+    pub(crate) fn netdev(&self, port: u32) -> Option<NetDevRef> {
+        // SAFETY: The device is live; the returned pointer carries a reference or is null.
+        unsafe { NetDevRef::from_raw(bindings::ib_device_get_netdev(self.as_raw(), port)) }
+    }
+
+    /// Returns the device for an `ib_device` that ib_core passed to a callback.
+    ///
+    /// # Safety
+    ///
+    /// `ib` must be a live device created by [`Device::register`] with driver `T`.
+    pub(crate) unsafe fn from_raw<'a>(ib: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: By the safety requirements and `offset_of` assertion, `ib` is a `Self`.
+        unsafe { &*ib.cast::<Self>() }
+    }
+
+    /// The ops table; `owner` is filled in per device.
+    // SAFETY: All-zero is a valid `ib_device_ops` (NULL ops, zero sizes); `pin_init::zeroed`
+    // cannot be used because of its bitfields.
+    const OPS: bindings::ib_device_ops = bindings::ib_device_ops {
+        driver_id: bindings::rdma_driver_id_RDMA_DRIVER_RXE,
+        uverbs_abi_ver: RXE_UVERBS_ABI_VERSION,
+        query_device: Some(Self::query_device_cb),
+        query_port: Some(Self::query_port_cb),
+        query_pkey: Some(Self::query_pkey_cb),
+        get_port_immutable: Some(Self::get_port_immutable_cb),
+        get_link_layer: Some(Self::get_link_layer_cb),
+        alloc_ucontext: Some(Self::alloc_ucontext_cb),
+        dealloc_ucontext: Some(Self::dealloc_ucontext_cb),
+        disassociate_ucontext: Some(Self::disassociate_ucontext_cb),
+        alloc_pd: Some(Self::alloc_pd_cb),
+        dealloc_pd: Some(Self::dealloc_pd_cb),
+        mmap: Some(mmap::mmap_cb),
+        mmap_free: Some(mmap::mmap_free_cb),
+        dealloc_driver: Some(Self::dealloc_driver_cb),
+        size_ib_ucontext: size_of::<UContext<T>>(),
+        size_ib_pd: size_of::<Pd<T>>(),
+        ..unsafe { core::mem::zeroed() }
+    };
+
+    /// # Safety
+    ///
+    /// ib_core passes a live device of this driver and a valid attribute buffer.
+    unsafe extern "C" fn query_device_cb(
+        ib: *mut bindings::ib_device,
+        attr: *mut bindings::ib_device_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: Per the function's safety requirements.
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        // SAFETY: `udata` is null or valid for the call.
+        if !udata.is_null() && unsafe { (*udata).inlen != 0 || (*udata).outlen != 0 } {
+            return EINVAL.to_errno();
+        }
+        let a = T::query_device(dev);
+        // SAFETY: `attr` is valid for writes; ib_core zeroed it before the call.
+        unsafe {
+            (*attr).sys_image_guid = a.sys_image_guid_be;
+            (*attr).max_mr_size = a.max_mr_size;
+            (*attr).page_size_cap = a.page_size_cap;
+            (*attr).vendor_id = a.vendor_id;
+            (*attr).vendor_part_id = a.vendor_part_id;
+            (*attr).hw_ver = a.hw_ver;
+            (*attr).max_pd = a.max_pd;
+            (*attr).max_pkeys = a.max_pkeys;
+            (*attr).kernel_cap_flags = if a.allow_user_unreg {
+                bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64
+            } else {
+                0
+            };
+        }
+        0
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a live device of this driver and a valid attribute buffer.
+    unsafe extern "C" fn query_port_cb(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        attr: *mut bindings::ib_port_attr,
+    ) -> c_int {
+        from_result(|| {
+            if port != 1 {
+                return Err(EINVAL);
+            }
+            // SAFETY: Per the function's safety requirements.
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            let a = T::query_port(dev, port)?;
+            let mut speed = 0u16;
+            let mut width = 0u8;
+            // SAFETY: `ib` is live; the out-pointers are valid locals. On failure the core
+            // leaves the SDR x1 defaults, which is what an unknown link speed should show.
+            unsafe { bindings::ib_get_eth_speed(ib, port, &mut speed, &mut width) };
+            // SAFETY: `attr` is valid for writes; ib_core zeroed it before the call.
+            unsafe {
+                (*attr).state = if a.active {
+                    bindings::ib_port_state_IB_PORT_ACTIVE
+                } else {
+                    bindings::ib_port_state_IB_PORT_DOWN
+                };
+                (*attr).phys_state = if a.active || a.link_up {
+                    bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8
+                } else {
+                    bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8
+                };
+                (*attr).max_mtu = a.max_mtu;
+                (*attr).active_mtu = a.active_mtu;
+                (*attr).phys_mtu = a.phys_mtu;
+                (*attr).gid_tbl_len = a.gid_tbl_len;
+                (*attr).port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
+                (*attr).max_msg_sz = a.max_msg_sz;
+                (*attr).pkey_tbl_len = a.pkey_tbl_len;
+                (*attr).max_vl_num = 1;
+                (*attr).active_speed = speed;
+                (*attr).active_width = width;
+            }
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a live device of this driver and a valid output pointer.
+    unsafe extern "C" fn query_pkey_cb(
+        _ib: *mut bindings::ib_device,
+        port: u32,
+        index: u16,
+        pkey: *mut u16,
+    ) -> c_int {
+        // One entry: the default full-membership P_Key, as RoCE uses.
+        if port != 1 || index != 0 {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: `pkey` is valid for writes.
+        unsafe { *pkey = 0xffff };
+        0
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a live device of this driver and a valid output pointer.
+    unsafe extern "C" fn get_port_immutable_cb(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        imm: *mut bindings::ib_port_immutable,
+    ) -> c_int {
+        from_result(|| {
+            if port != 1 {
+                return Err(EINVAL);
+            }
+            // SAFETY: Per the function's safety requirements.
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            let a = T::query_port(dev, port)?;
+            // SAFETY: `imm` is valid for writes.
+            unsafe {
+                (*imm).core_cap_flags = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+                (*imm).pkey_tbl_len = a.pkey_tbl_len.into();
+                (*imm).gid_tbl_len = a.gid_tbl_len;
+                (*imm).max_mad_size = bindings::IB_MGMT_MAD_SIZE as u32;
+            }
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core for a live device.
+    unsafe extern "C" fn get_link_layer_cb(
+        _ib: *mut bindings::ib_device,
+        _port: u32,
+    ) -> bindings::rdma_link_layer {
+        bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a zeroed context object of `size_ib_ucontext` bytes.
+    unsafe extern "C" fn alloc_ucontext_cb(
+        uctx: *mut bindings::ib_ucontext,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `device` of a context being created is live and ours.
+            let dev = unsafe { Device::<T>::from_raw((*uctx).device) };
+            let data = T::alloc_ucontext(dev)?;
+            // SAFETY: The object has room for a `UContext<T>` and nothing was written yet.
+            unsafe { UContext::<T>::init(uctx, data) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// `uctx` was set up by `alloc_ucontext_cb` and is not used after this call.
+    unsafe extern "C" fn dealloc_ucontext_cb(uctx: *mut bindings::ib_ucontext) {
+        // SAFETY: Per the function's safety requirements.
+        unsafe { UContext::<T>::drop_data(uctx) };
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core for a live context while the device goes away.
+    unsafe extern "C" fn disassociate_ucontext_cb(_uctx: *mut bindings::ib_ucontext) {
+        // The core zaps the context's mmaps itself and fails later calls; rodp keeps no
+        // per-context hardware state to release early.
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a zeroed PD object of `size_ib_pd` bytes whose `device` is set.
+    unsafe extern "C" fn alloc_pd_cb(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> c_int {
+        from_result(|| {
+            // SAFETY: `device` of a PD being created is live and ours.
+            let dev = unsafe { Device::<T>::from_raw((*pd).device) };
+            // SAFETY: For user PDs `udata` is valid and names the owning context; its
+            // `ib_ucontext` was created by `alloc_ucontext_cb`.
+            let ctx = unsafe { UContext::<T>::from_udata(udata) };
+            let data = T::alloc_pd(dev, ctx)?;
+            // SAFETY: The object has room for a `Pd<T>` and nothing was written yet.
+            unsafe { Pd::<T>::init(pd, data) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// `pd` was set up by `alloc_pd_cb` and is not used after this call.
+    unsafe extern "C" fn dealloc_pd_cb(pd: *mut bindings::ib_pd, _udata: *mut bindings::ib_udata) -> c_int {
+        // SAFETY: Per the function's safety requirements.
+        unsafe { Pd::<T>::drop_data(pd) };
+        0
+    }
+
+    /// # Safety
+    ///
+    /// Called once by ib_core (from `ib_dealloc_device`) after the last op; `ib` is ours.
+    unsafe extern "C" fn dealloc_driver_cb(ib: *mut bindings::ib_device) {
+        let this = ib.cast::<Self>();
+        // SAFETY: `data` was initialised before the ops were installed (type invariant) and
+        // nothing uses it after this call.
+        unsafe { core::ptr::drop_in_place(addr_of_mut!((*this).data)) };
+    }
+}
+
+/// Unregisters the device of driver `T` bound to `ndev`, if there is one, without waiting.
+///
+/// Used when the netdev goes away: ib_core holds a reference on it until the device is gone.
+pub(crate) fn unregister_queued_by_netdev(ndev: &NetDev, owner: &'static ThisModule) {
+    // SAFETY: `ndev` is live; a non-null result carries a device reference.
+    let ib = unsafe {
+        bindings::ib_device_get_by_netdev(ndev.as_raw(), bindings::rdma_driver_id_RDMA_DRIVER_RXE)
+    };
+    if ib.is_null() {
+        return;
+    }
+    // SAFETY: We hold a reference on `ib`; only rodp's devices carry our module as owner.
+    unsafe {
+        if (*ib).ops.owner == owner.as_ptr() {
+            bindings::ib_unregister_device_queued(ib);
+        }
+        bindings::ib_device_put(ib);
+    }
+}
+
+/// What is bound to a netdev already, if anything.
+pub(crate) enum Bound {
+    /// Nothing of driver id RXE.
+    Nothing,
+    /// A device of this module.
+    Ours,
+    /// A device of another RXE-ABI driver (kernel rxe).
+    Other,
+}
+
+/// Reports which RXE-ABI device, if any, is bound to `ndev`.
+pub(crate) fn bound_to(ndev: &NetDev, owner: &'static ThisModule) -> Bound {
+    // SAFETY: `ndev` is live; a non-null result carries a device reference.
+    let ib = unsafe {
+        bindings::ib_device_get_by_netdev(ndev.as_raw(), bindings::rdma_driver_id_RDMA_DRIVER_RXE)
+    };
+    if ib.is_null() {
+        return Bound::Nothing;
+    }
+    // SAFETY: We hold a reference on `ib`, released right after reading its owner.
+    let ours = unsafe {
+        let ours = (*ib).ops.owner == owner.as_ptr();
+        bindings::ib_device_put(ib);
+        ours
+    };
+    if ours {
+        Bound::Ours
+    } else {
+        Bound::Other
+    }
+}
+
+/// Unregisters every device of the RXE driver id; waits until each is gone.
+///
+/// Only called at module exit, when no rxe module is loaded (so all such devices are ours).
+pub(crate) fn unregister_all() {
+    // SAFETY: FFI call; ib_core serialises against concurrent unregistration.
+    unsafe { bindings::ib_unregister_driver(bindings::rdma_driver_id_RDMA_DRIVER_RXE) };
+}

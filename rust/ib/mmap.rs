@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Buffers shared with user space through the context's mmap (`rdma_user_mmap_entry`).
+//!
+//! A driver inserts an [`Entry`] for a zeroed vmalloc buffer and returns the offset to user
+//! space in a create response (`struct mminfo`); user space maps that offset on the device
+//! file. ib_core looks the offset up, and calls `mmap_free` when the last mapping and the
+//! driver's handle are gone. The shared rings are built on this.
+
+use super::{device::Driver, object::UContext};
+use crate::bindings;
+use core::ptr::{addr_of_mut, NonNull};
+use kernel::{error::from_result, prelude::*, types::Opaque};
+
+/// An mmap entry owning a buffer that user space can map.
+///
+/// # Invariants
+///
+/// `buf` is a `vmalloc_user` allocation (page aligned, zeroed) of the entry's size, freed on
+/// drop.
+#[repr(C)]
+pub(crate) struct Entry {
+    entry: Opaque<bindings::rdma_user_mmap_entry>,
+    buf: NonNull<u8>,
+}
+
+// SAFETY: The buffer is plain memory; the entry is managed under ib_core's locks.
+unsafe impl Send for Entry {}
+// SAFETY: As above.
+unsafe impl Sync for Entry {}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // SAFETY: `buf` came from `vmalloc_user` (type invariant) and is unmapped by now:
+        // ib_core frees the entry only after the last VMA is gone.
+        unsafe { bindings::vfree(self.buf.as_ptr().cast()) };
+    }
+}
+
+/// The driver's handle on an inserted entry; dropping it removes the entry from the context
+/// (existing mappings stay valid until unmapped).
+pub(crate) struct Handle {
+    entry: NonNull<Entry>,
+}
+
+// SAFETY: Removal may happen from any thread.
+unsafe impl Send for Handle {}
+// SAFETY: The handle only exposes the buffer pointer and offset.
+unsafe impl Sync for Handle {}
+
+#[expect(dead_code, reason = "the shared rings of the data path are the first users")]
+impl Handle {
+    /// Allocates a zeroed buffer of `size` bytes and makes it mappable on `ctx`.
+    ///
+    /// Returns the handle; [`Handle::offset`] is what user space passes to `mmap`.
+    pub(crate) fn new<T: Driver>(ctx: &UContext<T>, size: usize) -> Result<Self> {
+        let size = size.checked_next_multiple_of(kernel::page::PAGE_SIZE).ok_or(EINVAL)?;
+        // SAFETY: FFI call.
+        let buf = NonNull::new(unsafe { bindings::vmalloc_user(size as _) }.cast::<u8>()).ok_or(ENOMEM)?;
+        let entry = KBox::new(Entry { entry: Opaque::zeroed(), buf }, GFP_KERNEL).inspect_err(|_| {
+            // SAFETY: `buf` was just allocated and is not shared.
+            unsafe { bindings::vfree(buf.as_ptr().cast()) }
+        })?;
+        let entry = KBox::into_raw(entry);
+        // SAFETY: `entry` is a live, zeroed mmap entry; on success ib_core owns it until
+        // `mmap_free_cb`, on failure it is still ours.
+        let ret = unsafe {
+            bindings::rdma_user_mmap_entry_insert(ctx.as_raw(), addr_of_mut!((*entry).entry).cast(), size)
+        };
+        if ret != 0 {
+            // SAFETY: Insertion failed, so the box is still exclusively ours.
+            drop(unsafe { KBox::from_raw(entry) });
+            return Err(Error::from_errno(ret));
+        }
+        // SAFETY: `entry` is non-null (it came from a box).
+        Ok(Self { entry: unsafe { NonNull::new_unchecked(entry) } })
+    }
+
+    /// The offset user space passes to `mmap`.
+    pub(crate) fn offset(&self) -> u64 {
+        // SAFETY: The entry is live while the handle exists (ib_core frees it only after
+        // removal).
+        unsafe { bindings::mmap_get_offset(Opaque::cast_into(addr_of_mut!((*self.entry.as_ptr()).entry))) }
+    }
+
+    /// The kernel address of the shared buffer.
+    pub(crate) fn buf(&self) -> NonNull<u8> {
+        // SAFETY: The entry is live while the handle exists.
+        unsafe { (*self.entry.as_ptr()).buf }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: The entry was inserted and not yet removed; after this ib_core calls
+        // `mmap_free_cb` once no mapping remains.
+        unsafe { bindings::rdma_user_mmap_entry_remove(Opaque::cast_into(addr_of_mut!((*self.entry.as_ptr()).entry))) };
+    }
+}
+
+/// The `mmap` op: maps the entry registered at the VMA's offset.
+///
+/// # Safety
+///
+/// ib_core passes a live context and the VMA being set up.
+pub(crate) unsafe extern "C" fn mmap_cb(
+    uctx: *mut bindings::ib_ucontext,
+    vma: *mut bindings::vm_area_struct,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: Per the function's safety requirements; a non-null result is referenced.
+        let raw = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
+        if raw.is_null() {
+            return Err(EINVAL);
+        }
+        let entry = raw.cast::<Entry>();
+        // SAFETY: All entries of rodp's contexts are `Entry`s (entry first, `repr(C)`). The
+        // core checked that the VMA length equals the entry's size.
+        let ret = unsafe { bindings::remap_vmalloc_range(vma, (*entry).buf.as_ptr().cast()) };
+        // SAFETY: Drops the reference taken by `rdma_user_mmap_entry_get`.
+        unsafe { bindings::rdma_user_mmap_entry_put(raw) };
+        kernel::error::to_result(ret).map(|()| 0)
+    })
+}
+
+/// The `mmap_free` op: the entry is unreachable and unmapped.
+///
+/// # Safety
+///
+/// `entry` is an [`Entry`] inserted by [`Handle::new`], freed exactly once here.
+pub(crate) unsafe extern "C" fn mmap_free_cb(entry: *mut bindings::rdma_user_mmap_entry) {
+    // SAFETY: Per the function's safety requirements the box is ours again.
+    drop(unsafe { KBox::from_raw(entry.cast::<Entry>()) });
+}

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Network devices as ib_core sees them (`include/linux/netdevice.h`, `rdma/ib_addr.h`).
+
+use crate::bindings;
+use kernel::{prelude::*, types::Opaque};
+
+/// A network device the caller holds a reference on for the lifetime of the borrow.
+///
+/// # Invariants
+///
+/// The wrapped `net_device` is live and referenced for as long as `&NetDev` exists.
+#[repr(transparent)]
+pub(crate) struct NetDev(Opaque<bindings::net_device>);
+
+impl NetDev {
+    /// Borrows a `net_device` pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to a live `net_device` that stays referenced for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::net_device) -> &'a NetDev {
+        // SAFETY: `NetDev` is a transparent wrapper; the caller guarantees validity for `'a`.
+        unsafe { &*ptr.cast::<NetDev>() }
+    }
+
+    /// Returns the raw pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::net_device {
+        self.0.get()
+    }
+
+    /// The interface name (`eth0`).
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: `name` is a NUL-terminated array inside the live `net_device` (type invariant).
+        unsafe { CStr::from_char_ptr(bindings::netdev_name(self.as_raw())) }
+    }
+
+    /// The MTU in bytes.
+    pub(crate) fn mtu(&self) -> u32 {
+        // SAFETY: The device is live (type invariant).
+        unsafe { bindings::netdev_mtu(self.as_raw()) }
+    }
+
+    /// Whether the interface is administratively up.
+    pub(crate) fn is_up(&self) -> bool {
+        // SAFETY: The device is live (type invariant).
+        unsafe { bindings::netdev_is_up(self.as_raw()) }
+    }
+
+    /// Whether this is a VLAN device stacked on another one.
+    pub(crate) fn is_vlan(&self) -> bool {
+        // SAFETY: The device is live (type invariant).
+        unsafe { bindings::is_vlan_dev(self.as_raw()) }
+    }
+
+    /// The IB port state ib_core derives from the carrier and operational state.
+    pub(crate) fn port_state(&self) -> PortState {
+        // SAFETY: The device is live (type invariant).
+        let state = unsafe { bindings::ib_get_curr_port_state(self.as_raw()) };
+        if state == bindings::ib_port_state_IB_PORT_ACTIVE {
+            PortState::Active
+        } else {
+            PortState::Down
+        }
+    }
+
+    /// An EUI-64 made from the MAC address (random bytes when the device has none).
+    pub(crate) fn eui64(&self) -> [u8; 8] {
+        let mut eui = [0u8; 8];
+        // SAFETY: The device is live (type invariant) and `eui` has room for 8 bytes.
+        unsafe { bindings::netdev_eui48(self.as_raw(), eui.as_mut_ptr()) };
+        eui
+    }
+}
+
+/// An owned reference on a network device, dropped with `dev_put`.
+///
+/// # Invariants
+///
+/// `self.0` points to a `net_device` on which this object owns one reference.
+pub(crate) struct NetDevRef(*mut bindings::net_device);
+
+impl NetDevRef {
+    /// Takes over a reference returned by a `*_get_*` function.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is null or points to a `net_device` whose reference the caller hands over.
+    pub(crate) unsafe fn from_raw(ptr: *mut bindings::net_device) -> Option<Self> {
+        // INVARIANT: Non-null pointers carry a reference, per the safety requirements.
+        (!ptr.is_null()).then_some(Self(ptr))
+    }
+}
+
+impl core::ops::Deref for NetDevRef {
+    type Target = NetDev;
+
+    fn deref(&self) -> &NetDev {
+        // SAFETY: We own a reference on the device (type invariant).
+        unsafe { NetDev::from_raw(self.0) }
+    }
+}
+
+impl Drop for NetDevRef {
+    fn drop(&mut self) {
+        // SAFETY: We own one reference (type invariant) and give it back.
+        unsafe { bindings::dev_put(self.0) };
+    }
+}
+
+/// The port states rodp reports.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum PortState {
+    /// The netdev has no carrier or is down.
+    Down,
+    /// The netdev is up and running.
+    Active,
+}
+
+/// The IB MTU enum value for an Ethernet MTU, after RoCE headers (`iboe_get_mtu`).
+pub(crate) fn ib_mtu_for(eth_mtu: u32) -> u32 {
+    // SAFETY: Pure computation.
+    unsafe { bindings::iboe_get_mtu(eth_mtu.try_into().unwrap_or(i32::MAX)) }
+}

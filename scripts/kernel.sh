@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Builds the test kernel once per (source version, config, compiler) and prints its build dir.
+# Base: allnoconfig + kvm_guest.config + selftests/config, every requested option verified.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+src=$(ls -d "$RODP_CACHE"/src/linux-source-* | head -1)
+[ -d "$src" ] || die "no kernel source; run scripts/setup.sh"
+frag="$RODP_TOP/selftests/config"
+key=$( { head -5 "$src/Makefile"; cat "$src/kernel/configs/kvm_guest.config" "$frag";
+	 /usr/bin/rustc --version; clang-19 --version | head -1; bindgen --version; } | sha256sum | cut -c1-16)
+out="$RODP_CACHE/kbuild-$key"
+if [ -f "$out/.done" ]; then echo "$out"; exit 0; fi
+
+exec 9>"$RODP_CACHE/kernel.lock"
+flock 9 # never two kernel builds at once
+if [ -f "$out/.done" ]; then echo "$out"; exit 0; fi
+
+log "building kernel in $out (cold build, ~20 min on 2 cores)"
+mkdir -p "$out"
+kmake=(make -C "$src" O="$out" LLVM="$LLVM_SUFFIX" RUSTC="$RUSTC" -j"$(nproc)")
+cat "$src/kernel/configs/kvm_guest.config" "$frag" > "$out/allno.config"
+KCONFIG_ALLCONFIG="$out/allno.config" "${kmake[@]}" -s allnoconfig >&2
+bad=0
+while IFS= read -r line; do
+	case "$line" in CONFIG_*=*) ;; *) continue ;; esac
+	grep -qx -- "$line" "$out/.config" || { log "config: $line did not hold"; bad=1; }
+done < "$frag"
+[ $bad -eq 0 ] || die "kernel config incomplete (see above)"
+start=$(date +%s)
+"${kmake[@]}" bzImage modules >&2
+"${kmake[@]}" -s INSTALL_MOD_PATH="$out/modinst" modules_install >&2
+log "kernel built in $(( $(date +%s) - start )) s"
+touch "$out/.done"
+# Keep only the newest build so the cache does not grow without bound.
+for old in "$RODP_CACHE"/kbuild-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
+echo "$out"
