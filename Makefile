@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 # rodp: `make` builds rodp.ko against KDIR (default: the cached test kernel); `make run` boots a
-# guest with rodp0; `make check` runs every test in the guest; `make bench` compares with rxe.
+# guest with rodp0; `make check` runs every test in the guest.
 
 KDIR ?= $(shell scripts/kernel.sh 2>/dev/null)
 LLVM ?= -19
@@ -8,7 +8,7 @@ RUSTC ?= /usr/bin/rustc
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC)
 
-.PHONY: all modules clean setup kernel rootfs selftests run check fmt fmt-check bench
+.PHONY: all modules clean setup kernel rootfs selftests run check fmt fmt-check
 
 all: modules
 
@@ -33,16 +33,13 @@ selftests:
 	$(MAKE) -C selftests KDIR=$(KDIR)
 
 fmt:
-	rustfmt --edition 2021 --config-path $(KDIR)/../$(notdir $(shell readlink -f $(KDIR)/source)).rustfmt.toml $(wildcard rust/*.rs rust/ib/*.rs)
+	scripts/fmt.sh $(KDIR)
 
 fmt-check:
-	scripts/fmt.sh --check
+	scripts/fmt.sh --check $(KDIR)
 
 run:
 	scripts/run.sh demo
 
 check:
 	scripts/run.sh check
-
-bench:
-	scripts/run.sh bench

@@ -55,7 +55,10 @@ impl Rodp {
     fn new(ndev: &NetDev) -> Result<Self> {
         let pds = Limit::new(MAX_PD)?;
         DEVICES.add(1, Relaxed);
-        Ok(Self { guid_be: u64::from_ne_bytes(ndev.eui64()), pds })
+        Ok(Self {
+            guid_be: u64::from_ne_bytes(ndev.eui64()),
+            pds,
+        })
     }
 }
 
@@ -115,7 +118,10 @@ impl Link for Rodp {
             return Err(EBUSY);
         }
         if ndev.is_vlan() {
-            pr_err!("{name:?}: create it on the real device under {:?}\n", ndev.name());
+            pr_err!(
+                "{name:?}: create it on the real device under {:?}\n",
+                ndev.name()
+            );
             return Err(EPERM);
         }
         match ib::device::bound_to(ndev, MODULE) {
@@ -129,8 +135,22 @@ impl Link for Rodp {
                 return Err(EBUSY);
             }
         }
-        let new = NewDevice { name, netdev: ndev, node_desc: c"rodp", owner: MODULE };
-        ib::Device::<Rodp>::register(&new, Rodp::new(ndev))
+        let new = NewDevice {
+            name,
+            netdev: ndev,
+            node_desc: c"rodp",
+            owner: MODULE,
+        };
+        ib::Device::<Rodp>::register(&new, Rodp::new(ndev)).map_err(|e| {
+            // ib_core says ENFILE when the name is taken (nldev rejects the '%' patterns that
+            // could also run out of numbers); EEXIST says what happened.
+            if e == ENFILE {
+                pr_err!("an RDMA device called {name:?} exists already\n");
+                EEXIST
+            } else {
+                e
+            }
+        })
     }
 
     fn netdev_unregister(ndev: &NetDev) {
@@ -139,7 +159,9 @@ impl Link for Rodp {
 
     fn module_coming(name: &CStr) -> Result {
         if name == RXE_MODULE && DEVICES.load(Relaxed) > 0 {
-            pr_err!("refusing to load {RXE_MODULE:?} while rodp devices exist: delete them first\n");
+            pr_err!(
+                "refusing to load {RXE_MODULE:?} while rodp devices exist: delete them first\n"
+            );
             return Err(EBUSY);
         }
         Ok(())

@@ -26,7 +26,13 @@ pub(crate) struct Token(Arc<Counter>);
 impl Limit {
     /// A limit of `max` objects.
     pub(crate) fn new(max: u32) -> Result<Self> {
-        Ok(Self(Arc::new(Counter { max, used: Atomic::new(0) }, GFP_KERNEL)?))
+        Ok(Self(Arc::new(
+            Counter {
+                max,
+                used: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?))
     }
 
     /// Takes one unit, or fails with `ENOMEM` when all `max` are in use (as ib_core expects

@@ -13,6 +13,8 @@ pub(crate) struct Pd {
 impl Pd {
     /// Allocates a PD on `dev`, within the device's advertised `max_pd`.
     pub(crate) fn new(dev: &Device) -> Result<Self> {
-        Ok(Self { _token: dev.pds.take()? })
+        Ok(Self {
+            _token: dev.pds.take()?,
+        })
     }
 }

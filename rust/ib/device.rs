@@ -97,7 +97,6 @@ pub(crate) struct Device<T: Driver> {
     data: T,
 }
 
-
 // SAFETY: The C part is protected by ib_core's own locking; `T` is `Send + Sync`.
 unsafe impl<T: Driver> Send for Device<T> {}
 // SAFETY: As above.
@@ -166,7 +165,9 @@ impl<T: Driver> Device<T> {
         let ret = unsafe { bindings::ib_device_set_netdev(ib, new.netdev.as_raw(), 1) };
         let ret = if ret == 0 {
             // SAFETY: `ib` is fully set up; NULL selects ib_core's virtual DMA.
-            unsafe { bindings::ib_register_device(ib, new.name.as_char_ptr(), core::ptr::null_mut()) }
+            unsafe {
+                bindings::ib_register_device(ib, new.name.as_char_ptr(), core::ptr::null_mut())
+            }
         } else {
             ret
         };
@@ -394,7 +395,10 @@ impl<T: Driver> Device<T> {
     /// # Safety
     ///
     /// ib_core passes a zeroed PD object of `size_ib_pd` bytes whose `device` is set.
-    unsafe extern "C" fn alloc_pd_cb(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> c_int {
+    unsafe extern "C" fn alloc_pd_cb(
+        pd: *mut bindings::ib_pd,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
         from_result(|| {
             // SAFETY: `device` of a PD being created is live and ours.
             let dev = unsafe { Device::<T>::from_raw((*pd).device) };
@@ -411,7 +415,10 @@ impl<T: Driver> Device<T> {
     /// # Safety
     ///
     /// `pd` was set up by `alloc_pd_cb` and is not used after this call.
-    unsafe extern "C" fn dealloc_pd_cb(pd: *mut bindings::ib_pd, _udata: *mut bindings::ib_udata) -> c_int {
+    unsafe extern "C" fn dealloc_pd_cb(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
         // SAFETY: Per the function's safety requirements.
         unsafe { Pd::<T>::drop_data(pd) };
         0

@@ -48,16 +48,29 @@ unsafe impl Send for Handle {}
 // SAFETY: The handle only exposes the buffer pointer and offset.
 unsafe impl Sync for Handle {}
 
-#[expect(dead_code, reason = "the shared rings of the data path are the first users")]
+#[expect(
+    dead_code,
+    reason = "the shared rings of the data path are the first users"
+)]
 impl Handle {
     /// Allocates a zeroed buffer of `size` bytes and makes it mappable on `ctx`.
     ///
     /// Returns the handle; [`Handle::offset`] is what user space passes to `mmap`.
     pub(crate) fn new<T: Driver>(ctx: &UContext<T>, size: usize) -> Result<Self> {
-        let size = size.checked_next_multiple_of(kernel::page::PAGE_SIZE).ok_or(EINVAL)?;
+        let size = size
+            .checked_next_multiple_of(kernel::page::PAGE_SIZE)
+            .ok_or(EINVAL)?;
         // SAFETY: FFI call.
-        let buf = NonNull::new(unsafe { bindings::vmalloc_user(size as _) }.cast::<u8>()).ok_or(ENOMEM)?;
-        let entry = KBox::new(Entry { entry: Opaque::zeroed(), buf }, GFP_KERNEL).inspect_err(|_| {
+        let buf = NonNull::new(unsafe { bindings::vmalloc_user(size as _) }.cast::<u8>())
+            .ok_or(ENOMEM)?;
+        let entry = KBox::new(
+            Entry {
+                entry: Opaque::zeroed(),
+                buf,
+            },
+            GFP_KERNEL,
+        )
+        .inspect_err(|_| {
             // SAFETY: `buf` was just allocated and is not shared.
             unsafe { bindings::vfree(buf.as_ptr().cast()) }
         })?;
@@ -65,7 +78,11 @@ impl Handle {
         // SAFETY: `entry` is a live, zeroed mmap entry; on success ib_core owns it until
         // `mmap_free_cb`, on failure it is still ours.
         let ret = unsafe {
-            bindings::rdma_user_mmap_entry_insert(ctx.as_raw(), addr_of_mut!((*entry).entry).cast(), size)
+            bindings::rdma_user_mmap_entry_insert(
+                ctx.as_raw(),
+                addr_of_mut!((*entry).entry).cast(),
+                size,
+            )
         };
         if ret != 0 {
             // SAFETY: Insertion failed, so the box is still exclusively ours.
@@ -73,14 +90,20 @@ impl Handle {
             return Err(Error::from_errno(ret));
         }
         // SAFETY: `entry` is non-null (it came from a box).
-        Ok(Self { entry: unsafe { NonNull::new_unchecked(entry) } })
+        Ok(Self {
+            entry: unsafe { NonNull::new_unchecked(entry) },
+        })
     }
 
     /// The offset user space passes to `mmap`.
     pub(crate) fn offset(&self) -> u64 {
         // SAFETY: The entry is live while the handle exists (ib_core frees it only after
         // removal).
-        unsafe { bindings::mmap_get_offset(Opaque::cast_into(addr_of_mut!((*self.entry.as_ptr()).entry))) }
+        unsafe {
+            bindings::mmap_get_offset(Opaque::cast_into(addr_of_mut!(
+                (*self.entry.as_ptr()).entry
+            )))
+        }
     }
 
     /// The kernel address of the shared buffer.
@@ -94,7 +117,11 @@ impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: The entry was inserted and not yet removed; after this ib_core calls
         // `mmap_free_cb` once no mapping remains.
-        unsafe { bindings::rdma_user_mmap_entry_remove(Opaque::cast_into(addr_of_mut!((*self.entry.as_ptr()).entry))) };
+        unsafe {
+            bindings::rdma_user_mmap_entry_remove(Opaque::cast_into(addr_of_mut!(
+                (*self.entry.as_ptr()).entry
+            )))
+        };
     }
 }
 

@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: GPL-2.0
+# `make check`: KUnit suites (run when rodp.ko loads) and the kselftests; TAP into results/.
+. /mnt/rodp/lib.sh
+make_netdevs
+res=/mnt/rodp/results
+modprobe rodp || echo "modprobe rodp failed"
+dmesg > "$res/kunit.dmesg"
+for t in /mnt/rodp/tests/*; do
+	[ -x "$t" ] || continue
+	name=$(basename "$t")
+	echo "== $name"
+	"$t" > "$res/$name.tap" 2>&1
+	echo "$name exit $?" >> "$res/exits"
+	cat "$res/$name.tap"
+done
+# Leave nothing behind, so that the log shows any splat teardown would cause.
+for d in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(l["ifname"].split("/")[0] for l in json.load(sys.stdin)))'); do
+	rdma link delete "$d" || true
+done
+rmmod rodp 2>/dev/null || true
+dmesg > "$res/final.dmesg"
+exit 0

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rodp device tests: the device as rdma-core sees it, rdma link add/delete, and every bad
+ * input of link creation answered with a clear errno.
+ */
+#include "rodp_test.h"
+#include "kselftest_harness.h"
+
+FIXTURE(dev) {
+	struct ibv_context *ctx;
+};
+
+FIXTURE_SETUP(dev)
+{
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	self->ctx = open_dev("rodp0");
+	ASSERT_NE(NULL, self->ctx);
+}
+
+FIXTURE_TEARDOWN(dev)
+{
+	if (self->ctx)
+		ibv_close_device(self->ctx);
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+TEST_F(dev, listed_with_rxe_provider)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	int found = 0;
+
+	for (int i = 0; list && list[i]; i++) {
+		if (strcmp(ibv_get_device_name(list[i]), "rodp0"))
+			continue;
+		found = 1;
+		EXPECT_EQ(IBV_NODE_CA, list[i]->node_type);
+		EXPECT_EQ(IBV_TRANSPORT_IB, list[i]->transport_type);
+	}
+	ibv_free_device_list(list);
+	EXPECT_TRUE(found);
+}
+
+TEST_F(dev, query_device_is_honest)
+{
+	struct ibv_device_attr a;
+
+	ASSERT_EQ(0, ibv_query_device(self->ctx, &a));
+	EXPECT_EQ(65536, a.max_pd);
+	EXPECT_EQ(1, a.phys_port_cnt);
+	EXPECT_EQ(1, a.max_pkeys);
+	EXPECT_NE(0, a.node_guid);
+	EXPECT_EQ(a.node_guid, a.sys_image_guid);
+	/* Nothing that is not implemented yet is advertised. */
+	EXPECT_EQ(0, a.max_qp);
+	EXPECT_EQ(0, a.max_cq);
+	EXPECT_EQ(0, a.max_mr);
+	EXPECT_EQ(0, a.max_srq);
+	EXPECT_EQ(0, a.max_ah);
+	EXPECT_EQ(0, a.max_mw);
+	EXPECT_EQ(IBV_ATOMIC_NONE, a.atomic_cap);
+	EXPECT_EQ(0, a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS));
+}
+
+TEST_F(dev, query_port_roce)
+{
+	struct ibv_port_attr p;
+	union ibv_gid gid;
+	uint16_t pkey;
+
+	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
+	EXPECT_EQ(IBV_LINK_LAYER_ETHERNET, p.link_layer);
+	EXPECT_EQ(IBV_PORT_ACTIVE, p.state);
+	EXPECT_EQ(128, p.gid_tbl_len);
+	EXPECT_EQ(1, p.pkey_tbl_len);
+	EXPECT_EQ(IBV_MTU_4096, p.max_mtu);
+	EXPECT_EQ(IBV_MTU_1024, p.active_mtu); /* veth MTU 1500 */
+	EXPECT_NE(0, p.port_cap_flags & IBV_PORT_CM_SUP);
+	/* GID 0: the link-local address ib_core derived from veth0's MAC. */
+	ASSERT_EQ(0, ibv_query_gid(self->ctx, 1, 0, &gid));
+	EXPECT_EQ(0xfe, gid.raw[0]);
+	EXPECT_EQ(0x80, gid.raw[1]);
+	ASSERT_EQ(0, ibv_query_pkey(self->ctx, 1, 0, &pkey));
+	EXPECT_EQ(0xffff, pkey);
+	EXPECT_NE(0, ibv_query_pkey(self->ctx, 1, 1, &pkey));
+	EXPECT_NE(0, ibv_query_port(self->ctx, 2, &p));
+}
+
+TEST_F(dev, port_follows_netdev)
+{
+	struct ibv_port_attr p;
+
+	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 down"));
+	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
+	EXPECT_EQ(IBV_PORT_DOWN, p.state);
+	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 up"));
+	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
+	EXPECT_EQ(IBV_PORT_ACTIVE, p.state);
+}
+
+TEST_F(dev, rdma_tool_shows_netdev)
+{
+	char out[4096];
+
+	ASSERT_EQ(0, sh(out, sizeof(out), "rdma link show rodp0/1"));
+	EXPECT_NE(NULL, strstr(out, "netdev veth0"));
+	ASSERT_EQ(0, sh(out, sizeof(out), "rdma dev show rodp0"));
+	EXPECT_NE(NULL, strstr(out, "node_type ca"));
+	ASSERT_EQ(0, sh(out, sizeof(out), "ibv_devinfo -v -d rodp0"));
+	EXPECT_NE(NULL, strstr(out, "PORT_ACTIVE"));
+}
+
+TEST_F(dev, pd_alloc_dealloc)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(self->ctx);
+
+	ASSERT_NE(NULL, pd);
+	EXPECT_EQ(0, ibv_dealloc_pd(pd));
+}
+
+TEST_F(dev, mmap_unknown_offset_fails)
+{
+	void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, self->ctx->cmd_fd, 0);
+
+	EXPECT_EQ(MAP_FAILED, p);
+	EXPECT_EQ(EINVAL, errno);
+}
+
+TEST_F(dev, link_delete_while_open_disassociates)
+{
+	struct ibv_pd *pd;
+
+	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
+	EXPECT_FALSE(dev_listed("rodp0"));
+	pd = ibv_alloc_pd(self->ctx);
+	EXPECT_EQ(NULL, pd);
+	if (pd)
+		ibv_dealloc_pd(pd);
+}
+
+/* rdma link add fails and prints strerror(err); no device of that name appears. */
+static int add_fails_with(const char *dev, const char *ndev, int err)
+{
+	char out[1024];
+
+	if (sh(out, sizeof(out), "rdma link add %s type rodp netdev %s", dev, ndev) == 0)
+		return 0;
+	if (!strstr(out, strerror(err))) {
+		fprintf(stderr, "# expected '%s', got: %s", strerror(err), out);
+		return 0;
+	}
+	return 1;
+}
+
+TEST(link_add_missing_netdev)
+{
+	EXPECT_TRUE(add_fails_with("rodp9", "nosuchnetdev", ENODEV));
+	EXPECT_FALSE(dev_listed("rodp9"));
+}
+
+TEST(link_add_duplicate_name)
+{
+	ensure_netdevs();
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	EXPECT_TRUE(add_fails_with("rodp0", "veth1", EEXIST));
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+TEST(link_add_same_netdev_twice)
+{
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	EXPECT_TRUE(add_fails_with("rodp1", "veth0", EEXIST));
+	EXPECT_FALSE(dev_listed("rodp1"));
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+TEST(link_add_name_too_long)
+{
+	char name[80];
+
+	ensure_netdevs();
+	memset(name, 'r', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	EXPECT_TRUE(add_fails_with(name, "veth0", ERANGE));
+	EXPECT_FALSE(dev_listed(name));
+}
+
+TEST(link_add_delete_100)
+{
+	ensure_netdevs();
+	for (int i = 0; i < 100; i++) {
+		ASSERT_EQ(0, sh(NULL, 0, "rdma link add rodp0 type rodp netdev veth0"));
+		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
+	}
+	EXPECT_FALSE(dev_listed("rodp0"));
+}
+
+TEST(two_devices_two_netdevs)
+{
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	ASSERT_EQ(0, link_add("rodp1", "veth1"));
+	EXPECT_TRUE(dev_listed("rodp0"));
+	EXPECT_TRUE(dev_listed("rodp1"));
+	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1");
+}
+
+TEST(netdev_delete_removes_device)
+{
+	ensure_netdevs();
+	ASSERT_EQ(0, sh(NULL, 0, "ip link add rdum0 type dummy && ip link set rdum0 up"));
+	ASSERT_EQ(0, link_add("rodp5", "rdum0"));
+	ASSERT_EQ(0, sh(NULL, 0, "ip link delete rdum0"));
+	/* Unregistration is queued to a workqueue; give it a moment. */
+	for (int i = 0; i < 50 && dev_listed("rodp5"); i++)
+		usleep(100000);
+	EXPECT_FALSE(dev_listed("rodp5"));
+}
+
+TEST(rxe_and_rodp_exclude_each_other)
+{
+	char out[1024];
+
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	/* rdma_rxe would take rodp0 for its own device: its loading is refused. */
+	EXPECT_NE(0, sh(out, sizeof(out), "modprobe rdma_rxe"));
+	EXPECT_NE(NULL, strstr(out, strerror(EBUSY)));
+	sh(NULL, 0, "rdma link delete rodp0");
+	/* With rxe loaded, rodp refuses to create devices. */
+	ASSERT_EQ(0, sh(NULL, 0, "modprobe rdma_rxe"));
+	EXPECT_TRUE(add_fails_with("rodp0", "veth0", EBUSY));
+	EXPECT_FALSE(dev_listed("rodp0"));
+	EXPECT_EQ(0, sh(NULL, 0, "rmmod rdma_rxe"));
+	EXPECT_EQ(0, link_add("rodp0", "veth0"));
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Shared helpers for rodp's kselftests: shell commands, device lookup, module state. */
+#ifndef RODP_TEST_H
+#define RODP_TEST_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <infiniband/verbs.h>
+
+/* Runs a shell command; returns its exit status and, in out (if given), its stdout+stderr. */
+static inline int sh(char *out, size_t outlen, const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	FILE *p;
+	size_t n = 0;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	if (out && outlen) {
+		n = fread(out, 1, outlen - 1, p);
+		out[n] = 0;
+	} else {
+		char buf[256];
+
+		while (fread(buf, 1, sizeof(buf), p) > 0)
+			;
+	}
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Opens the verbs device called name, or returns NULL. */
+static inline struct ibv_context *open_dev(const char *name)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = NULL;
+
+	for (int i = 0; list && list[i]; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), name))
+			ctx = ibv_open_device(list[i]);
+	ibv_free_device_list(list);
+	return ctx;
+}
+
+static inline int dev_listed(const char *name)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	int found = 0;
+
+	for (int i = 0; list && list[i]; i++)
+		found |= !strcmp(ibv_get_device_name(list[i]), name);
+	ibv_free_device_list(list);
+	return found;
+}
+
+/* The veth pair the guest script creates; tests make sure it exists. */
+static inline void ensure_netdevs(void)
+{
+	sh(NULL, 0, "ip link show veth0 || ip link add veth0 type veth peer name veth1;"
+		    "ip link set veth0 up; ip link set veth1 up");
+}
+
+/* Loads rodp and creates dev on ndev (deleting an earlier one of that name). */
+static inline int link_add(const char *dev, const char *ndev)
+{
+	ensure_netdevs();
+	sh(NULL, 0, "rdma link delete %s", dev);
+	return sh(NULL, 0, "rdma link add %s type rodp netdev %s", dev, ndev);
+}
+
+static inline long module_refcnt(const char *mod)
+{
+	char path[128];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* Active objects in all kmalloc caches: a leak of verbs objects shows up here. */
+static inline long kmalloc_objects(void)
+{
+	char line[512], name[64];
+	long total = 0, active;
+	FILE *f = fopen("/proc/slabinfo", "r");
+
+	if (!f)
+		return -1;
+	sh(NULL, 0, "sync; echo 3 > /proc/sys/vm/drop_caches");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %ld", name, &active) == 2 && !strncmp(name, "kmalloc-", 8))
+			total += active;
+	fclose(f);
+	return total;
+}
+
+#endif
