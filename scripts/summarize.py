@@ -10,12 +10,11 @@ import re
 import sys
 
 SPLATS = [
-    r"WARNING: ", r"BUG: ", r"Oops", r"KASAN", r"UBSAN", r"possible recursive locking",
-    r"circular locking dependency", r"inconsistent lock state", r"lockdep",
-    r"refcount_t: ", r"sleeping function called from invalid context",
-    r"Kernel panic", r"general protection fault", r"list_add corruption",
-    r"list_del corruption", r"ODEBUG", r"stack-protector", r"unregister_netdevice: waiting",
-    r"hung_task", r"blocked for more than",
+    r"WARNING:", r"BUG:", r"Oops", r"KASAN:", r"UBSAN:", r"INFO: possible",
+    r"possible recursive locking", r"circular locking dependency", r"inconsistent lock state",
+    r"refcount_t:", r"sleeping function called from invalid context", r"Kernel panic",
+    r"general protection fault", r"list_add corruption", r"list_del corruption", r"ODEBUG:",
+    r"stack-protector", r"unregister_netdevice: waiting", r"blocked for more than",
 ]
 
 

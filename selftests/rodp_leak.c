@@ -18,7 +18,6 @@ TEST(pd_10000_no_leak)
 	ref = module_refcnt("rodp");
 	ctx = open_dev("rodp0");
 	ASSERT_NE(NULL, ctx);
-	EXPECT_EQ(ref + 1, module_refcnt("rodp"));
 	before = kmalloc_objects();
 	for (int i = 0; i < 10000; i++) {
 		struct ibv_pd *pd = ibv_alloc_pd(ctx);
@@ -26,7 +25,7 @@ TEST(pd_10000_no_leak)
 		ASSERT_NE(NULL, pd);
 		ASSERT_EQ(0, ibv_dealloc_pd(pd));
 	}
-	after = kmalloc_objects();
+	after = kmalloc_settled(before);
 	EXPECT_LT(after - before, SLAB_SLACK) TH_LOG("kmalloc objects %ld -> %ld", before, after);
 	ibv_close_device(ctx);
 	EXPECT_EQ(ref, module_refcnt("rodp"));
@@ -46,7 +45,7 @@ TEST(context_1000_no_leak)
 		ASSERT_NE(NULL, ctx);
 		ASSERT_EQ(0, ibv_close_device(ctx));
 	}
-	after = kmalloc_objects();
+	after = kmalloc_settled(before);
 	EXPECT_LT(after - before, SLAB_SLACK) TH_LOG("kmalloc objects %ld -> %ld", before, after);
 	EXPECT_EQ(ref, module_refcnt("rodp"));
 	sh(NULL, 0, "rdma link delete rodp0");
@@ -79,24 +78,28 @@ TEST(pd_limit_enforced_and_released)
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 
-TEST(rmmod_refused_while_context_open)
+/*
+ * rodp implements disassociate_ucontext, so uverbs does not pin the module for open contexts:
+ * rmmod tears every device down, the open context fails further calls, and closing it is clean.
+ */
+TEST(rmmod_with_context_open_tears_down)
 {
 	struct ibv_context *ctx;
 	char out[512];
 
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	ASSERT_EQ(0, link_add("rodp1", "veth1"));
 	ctx = open_dev("rodp0");
 	ASSERT_NE(NULL, ctx);
-	EXPECT_NE(0, sh(out, sizeof(out), "rmmod rodp"));
-	EXPECT_TRUE(dev_listed("rodp0"));
-	ibv_close_device(ctx);
-	/* Closed: rmmod removes every device cleanly. */
-	ASSERT_EQ(0, link_add("rodp1", "veth1"));
 	EXPECT_EQ(0, sh(out, sizeof(out), "rmmod rodp")) TH_LOG("%s", out);
 	EXPECT_FALSE(dev_listed("rodp0"));
 	EXPECT_FALSE(dev_listed("rodp1"));
+	EXPECT_EQ(-1, module_refcnt("rodp"));
+	EXPECT_EQ(NULL, ibv_alloc_pd(ctx));
+	EXPECT_EQ(0, ibv_close_device(ctx));
 	/* rdma link add loads the module again through its alias. */
 	EXPECT_EQ(0, link_add("rodp0", "veth0"));
+	EXPECT_TRUE(dev_listed("rodp0"));
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 

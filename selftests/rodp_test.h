@@ -114,4 +114,19 @@ static inline long kmalloc_objects(void)
 	return total;
 }
 
+/*
+ * kmalloc objects after a burst of frees, given a baseline: uverbs frees objects after an RCU
+ * grace period, so wait (up to 20 s under TCG) until the count stops being above it.
+ */
+static inline long kmalloc_settled(long baseline)
+{
+	long now = kmalloc_objects();
+
+	for (int i = 0; i < 20 && now - baseline > 0; i++) {
+		sleep(1);
+		now = kmalloc_objects();
+	}
+	return now;
+}
+
 #endif
