@@ -37,7 +37,7 @@ qemu=(qemu-system-x86_64 -M pc -m 4G -smp 2 -nographic -no-reboot
       -drive "file=$rootfs,if=virtio,format=raw,snapshot=on"
       -fsdev "local,id=fs0,path=$share,security_model=none"
       -device virtio-9p-pci,fsdev=fs0,mount_tag=rodp
-      -append "root=/dev/vda rw console=ttyS0 init=/sbin/rodp-init panic=-1 kunit.enable=1")
+      -append "root=/dev/vda rw console=ttyS0 init=/sbin/rodp-init panic=-1 kunit.enable=1 kunit.autorun=1")
 
 # KVM only when it really boots a guest here: the probe must reach init within seconds.
 accel_file="$RODP_CACHE/accel"
