@@ -2,7 +2,7 @@
 # rodp: `make` builds rodp.ko against KDIR (default: the cached test kernel); `make run` boots a
 # guest with rodp0; `make check` runs every test in the guest.
 
-KDIR ?= $(shell scripts/kernel.sh 2>/dev/null)
+KDIR ?= $(shell scripts/kernel.sh)
 LLVM ?= -19
 RUSTC ?= /usr/bin/rustc
 export PATH := $(HOME)/.cargo/bin:$(PATH)
