@@ -13,7 +13,7 @@ cd "$RODP_TOP"
 # The kernel formats with the nightly options of its .rustfmt.toml; stable rustfmt ignores
 # those it does not know.
 if rustfmt --edition 2021 --config-path "$src/.rustfmt.toml" "${mode[@]}" $files 2>/tmp/rodp-fmt.err; then
-	[ ${#mode[@]} -eq 0 ] || log "rustfmt: formatted"
+	if [ ${#mode[@]} -eq 0 ]; then log "rustfmt: formatted"; else log "rustfmt: clean"; fi
 else
 	grep -v '^Warning' /tmp/rodp-fmt.err >&2 || true
 	die "rustfmt: files need formatting (run 'make fmt')"

@@ -201,8 +201,6 @@ impl<T: Driver> Device<T> {
     }
 
     /// The ops table; `owner` is filled in per device.
-    // SAFETY: All-zero is a valid `ib_device_ops` (NULL ops, zero sizes); `pin_init::zeroed`
-    // cannot be used because of its bitfields.
     const OPS: bindings::ib_device_ops = bindings::ib_device_ops {
         driver_id: bindings::rdma_driver_id_RDMA_DRIVER_RXE,
         uverbs_abi_ver: RXE_UVERBS_ABI_VERSION,
@@ -221,6 +219,8 @@ impl<T: Driver> Device<T> {
         dealloc_driver: Some(Self::dealloc_driver_cb),
         size_ib_ucontext: size_of::<UContext<T>>(),
         size_ib_pd: size_of::<Pd<T>>(),
+        // SAFETY: All-zero is a valid `ib_device_ops` (NULL ops, zero sizes); `pin_init::zeroed`
+        // cannot be used because of its bitfields.
         ..unsafe { core::mem::zeroed() }
     };
 
