@@ -47,24 +47,13 @@ unsafe impl<T: Link> Sync for Registration<T> {}
 impl<T: Link> Registration<T> {
     /// Registers the notifiers, then the link type.
     ///
-    /// Registering a module notifier cannot fail, and a netdev notifier fails only when a
-    /// replayed event is refused, which ours never does; so no partial registration can be
-    /// left behind by an error here.
+    /// Only the netdev notifier can fail (when a replayed event is refused), so it goes first:
+    /// an error leaves nothing registered behind.
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
-            module_nb <- Opaque::try_ffi_init(|nb: *mut bindings::notifier_block| {
+            netdev_nb <- Opaque::try_ffi_init(|nb: *mut bindings::notifier_block| {
                 // SAFETY: `nb` is pinned memory that outlives the registration (dropped in
                 // `PinnedDrop`).
-                unsafe {
-                    nb.write(bindings::notifier_block {
-                        notifier_call: Some(Self::module_cb),
-                        ..pin_init::zeroed()
-                    });
-                    kernel::error::to_result(bindings::register_module_notifier(nb))
-                }
-            }),
-            netdev_nb <- Opaque::try_ffi_init(|nb: *mut bindings::notifier_block| {
-                // SAFETY: As above.
                 let ret = unsafe {
                     nb.write(bindings::notifier_block {
                         notifier_call: Some(Self::netdev_cb),
@@ -73,6 +62,16 @@ impl<T: Link> Registration<T> {
                     bindings::register_netdevice_notifier(nb)
                 };
                 kernel::error::to_result(ret)
+            }),
+            module_nb <- Opaque::try_ffi_init(|nb: *mut bindings::notifier_block| {
+                // SAFETY: As above.
+                unsafe {
+                    nb.write(bindings::notifier_block {
+                        notifier_call: Some(Self::module_cb),
+                        ..pin_init::zeroed()
+                    });
+                    kernel::error::to_result(bindings::register_module_notifier(nb))
+                }
             }),
             ops <- Opaque::ffi_init(|ops: *mut bindings::rdma_link_ops| {
                 // SAFETY: `ops` is pinned and outlives the registration; `TYPE` is static.
