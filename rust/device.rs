@@ -8,7 +8,7 @@ use crate::{
         self,
         device::{Bound, NewDevice},
         link::{self, Link},
-        netdev::{ib_mtu_for, PortState},
+        netdev::ib_mtu_for,
         object::UContext,
         DeviceAttr, NetDev, PortAttr,
     },
@@ -89,7 +89,7 @@ impl ib::Driver for Rodp {
         let ndev = dev.netdev(1).ok_or(ENODEV)?;
         let mtu = ndev.mtu();
         Ok(PortAttr {
-            active: ndev.port_state() == PortState::Active,
+            active: ndev.is_active(),
             link_up: ndev.is_up(),
             max_mtu: ib_mtu_for(u32::MAX),
             active_mtu: ib_mtu_for(mtu),

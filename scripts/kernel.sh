@@ -17,7 +17,7 @@ exec 9>"$RODP_CACHE/kernel.lock"
 flock 9 # never two kernel builds at once
 if [ -f "$out/.done" ]; then echo "$out"; exit 0; fi
 
-log "building kernel in $out (cold build, ~20 min on 2 cores)"
+log "building kernel in $out (cold build, about 8 min on 2 cores)"
 mkdir -p "$out"
 kmake=(make -C "$src" O="$out" LLVM="$LLVM_SUFFIX" RUSTC="$RUSTC" -j"$(nproc)")
 cat "$src/kernel/configs/kvm_guest.config" "$frag" > "$out/allno.config"

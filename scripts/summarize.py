@@ -18,6 +18,17 @@ SPLATS = [
 ]
 
 
+def tally(counts, fails, verdict, rest, label):
+    """Adds one test line: `verdict` is "ok" or "not ok", `rest` may carry a "# SKIP"."""
+    if "# SKIP" in rest:
+        counts[2] += 1
+    elif verdict == "ok":
+        counts[0] += 1
+    else:
+        counts[1] += 1
+        fails.append(label)
+
+
 def kunit(dmesg):
     """Counts test cases of rodp's KUnit suites (indented `ok` lines under `# Subtest: rodp_`)."""
     counts = [0, 0, 0]
@@ -33,13 +44,7 @@ def kunit(dmesg):
             continue
         m = in_suite and re.match(r"\s+(not ok|ok) \d+ (\S+)(.*)", line)
         if m:
-            if "# SKIP" in m.group(3):
-                counts[2] += 1
-            elif m.group(1) == "ok":
-                counts[0] += 1
-            else:
-                counts[1] += 1
-                fails.append("kunit " + m.group(2))
+            tally(counts, fails, m.group(1), m.group(3), "kunit " + m.group(2))
     return counts, fails
 
 
@@ -53,15 +58,8 @@ def tap(text, name):
         if m:
             plan = int(m.group(1))
         m = re.match(r"(not ok|ok) \d+ (.*)", line)
-        if not m:
-            continue
-        if "# SKIP" in m.group(2):
-            counts[2] += 1
-        elif m.group(1) == "ok":
-            counts[0] += 1
-        else:
-            counts[1] += 1
-            fails.append(f"{name}: {m.group(2)}")
+        if m:
+            tally(counts, fails, m.group(1), m.group(2), f"{name}: {m.group(2)}")
     if plan is None or sum(counts) < plan:
         counts[1] += 1
         fails.append(f"{name}: ran {sum(counts)} of {plan} planned tests (crashed or hung?)")

@@ -185,6 +185,16 @@ TEST(link_add_name_too_long)
 	EXPECT_FALSE(dev_listed(name));
 }
 
+TEST(link_add_on_vlan_refused)
+{
+	ensure_netdevs();
+	ASSERT_EQ(0, sh(NULL, 0, "ip link add link veth0 name veth0.5 type vlan id 5"));
+	/* A RoCE device belongs on the real netdev; its VLANs appear as GIDs. */
+	EXPECT_TRUE(add_fails_with("rodp7", "veth0.5", EPERM));
+	EXPECT_FALSE(dev_listed("rodp7"));
+	sh(NULL, 0, "ip link delete veth0.5");
+}
+
 /* Under TCG each add/delete pair takes about a second. */
 FIXTURE(slow) {};
 FIXTURE_SETUP(slow) { ensure_netdevs(); }

@@ -102,24 +102,9 @@ const char *rodp_helper_module_name(const struct module *mod)
 	return mod->name;
 }
 
-void rodp_helper_get_device(struct ib_device *ibdev)
-{
-	get_device(&ibdev->dev);
-}
-
-void rodp_helper_put_device(struct ib_device *ibdev)
-{
-	put_device(&ibdev->dev);
-}
-
 int rodp_helper_notifier_from_errno(int err)
 {
 	return notifier_from_errno(err);
-}
-
-u64 rodp_helper_cpu_to_be64(u64 v)
-{
-	return (__force u64)cpu_to_be64(v);
 }
 
 struct ib_ucontext *rodp_helper_udata_to_ucontext(struct ib_udata *udata)

@@ -53,14 +53,12 @@ impl NetDev {
         unsafe { bindings::is_vlan_dev(self.as_raw()) }
     }
 
-    /// The IB port state ib_core derives from the carrier and operational state.
-    pub(crate) fn port_state(&self) -> PortState {
+    /// Whether ib_core would call a port on this netdev active (running with carrier).
+    pub(crate) fn is_active(&self) -> bool {
         // SAFETY: The device is live (type invariant).
-        let state = unsafe { bindings::ib_get_curr_port_state(self.as_raw()) };
-        if state == bindings::ib_port_state_IB_PORT_ACTIVE {
-            PortState::Active
-        } else {
-            PortState::Down
+        unsafe {
+            bindings::ib_get_curr_port_state(self.as_raw())
+                == bindings::ib_port_state_IB_PORT_ACTIVE
         }
     }
 
@@ -106,15 +104,6 @@ impl Drop for NetDevRef {
         // SAFETY: We own one reference (type invariant) and give it back.
         unsafe { bindings::dev_put(self.0) };
     }
-}
-
-/// The port states rodp reports.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum PortState {
-    /// The netdev has no carrier or is down.
-    Down,
-    /// The netdev is up and running.
-    Active,
 }
 
 /// The IB MTU enum value for an Ethernet MTU, after RoCE headers (`iboe_get_mtu`).
