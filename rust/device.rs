@@ -6,7 +6,7 @@
 use crate::{
     ib::{
         self,
-        device::{Bound, NewDevice},
+        device::{BoundDevice, NewDevice},
         link::{self, Link},
         netdev::ib_mtu_for,
         object::UContext,
@@ -124,16 +124,14 @@ impl Link for Rodp {
             );
             return Err(EPERM);
         }
-        match ib::device::bound_to(ndev, MODULE) {
-            Bound::Nothing => {}
-            Bound::Ours => {
+        if let Some(dev) = BoundDevice::on(ndev) {
+            return Err(if dev.is_owned_by(MODULE) {
                 pr_err!("{:?} already has a rodp device\n", ndev.name());
-                return Err(EEXIST);
-            }
-            Bound::Other => {
+                EEXIST
+            } else {
                 pr_err!("{:?} already has an rxe device\n", ndev.name());
-                return Err(EBUSY);
-            }
+                EBUSY
+            });
         }
         let new = NewDevice {
             name,
@@ -154,7 +152,10 @@ impl Link for Rodp {
     }
 
     fn netdev_unregister(ndev: &NetDev) {
-        ib::device::unregister_queued_by_netdev(ndev, MODULE);
+        // ib_core holds a reference on the netdev until the device is gone.
+        if let Some(dev) = BoundDevice::on(ndev).filter(|d| d.is_owned_by(MODULE)) {
+            dev.unregister_queued();
+        }
     }
 
     fn module_coming(name: &CStr) -> Result {

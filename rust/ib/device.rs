@@ -435,55 +435,44 @@ impl<T: Driver> Device<T> {
     }
 }
 
-/// Unregisters the device of driver `T` bound to `ndev`, if there is one, without waiting.
+/// A registered device of the RXE driver id, referenced (`ib_device_get_by_netdev`).
 ///
-/// Used when the netdev goes away: ib_core holds a reference on it until the device is gone.
-pub(crate) fn unregister_queued_by_netdev(ndev: &NetDev, owner: &'static ThisModule) {
-    // SAFETY: `ndev` is live; a non-null result carries a device reference.
-    let ib = unsafe {
-        bindings::ib_device_get_by_netdev(ndev.as_raw(), bindings::rdma_driver_id_RDMA_DRIVER_RXE)
-    };
-    if ib.is_null() {
-        return;
+/// # Invariants
+///
+/// `self.0` is a device on which this object owns one `ib_device_get` reference.
+pub(crate) struct BoundDevice(*mut bindings::ib_device);
+
+impl BoundDevice {
+    /// The RXE-ABI device bound to `ndev`, if any: rodp's own or kernel rxe's.
+    pub(crate) fn on(ndev: &NetDev) -> Option<Self> {
+        // SAFETY: `ndev` is live; a non-null result carries a device reference.
+        let ib = unsafe {
+            bindings::ib_device_get_by_netdev(
+                ndev.as_raw(),
+                bindings::rdma_driver_id_RDMA_DRIVER_RXE,
+            )
+        };
+        // INVARIANT: The reference is handed to the new object.
+        (!ib.is_null()).then_some(Self(ib))
     }
-    // SAFETY: We hold a reference on `ib`; only rodp's devices carry our module as owner.
-    unsafe {
-        if (*ib).ops.owner == owner.as_ptr() {
-            bindings::ib_unregister_device_queued(ib);
-        }
-        bindings::ib_device_put(ib);
+
+    /// Whether `owner` registered the device (rodp's devices carry rodp as owner).
+    pub(crate) fn is_owned_by(&self, owner: &ThisModule) -> bool {
+        // SAFETY: The device is referenced (type invariant); `ops` is fixed after registration.
+        unsafe { (*self.0).ops.owner == owner.as_ptr() }
+    }
+
+    /// Starts unregistering the device on ib_core's workqueue; does not wait.
+    pub(crate) fn unregister_queued(&self) {
+        // SAFETY: The device is referenced and registered with a `dealloc_driver` op.
+        unsafe { bindings::ib_unregister_device_queued(self.0) };
     }
 }
 
-/// What is bound to a netdev already, if anything.
-pub(crate) enum Bound {
-    /// Nothing of driver id RXE.
-    Nothing,
-    /// A device of this module.
-    Ours,
-    /// A device of another RXE-ABI driver (kernel rxe).
-    Other,
-}
-
-/// Reports which RXE-ABI device, if any, is bound to `ndev`.
-pub(crate) fn bound_to(ndev: &NetDev, owner: &'static ThisModule) -> Bound {
-    // SAFETY: `ndev` is live; a non-null result carries a device reference.
-    let ib = unsafe {
-        bindings::ib_device_get_by_netdev(ndev.as_raw(), bindings::rdma_driver_id_RDMA_DRIVER_RXE)
-    };
-    if ib.is_null() {
-        return Bound::Nothing;
-    }
-    // SAFETY: We hold a reference on `ib`, released right after reading its owner.
-    let ours = unsafe {
-        let ours = (*ib).ops.owner == owner.as_ptr();
-        bindings::ib_device_put(ib);
-        ours
-    };
-    if ours {
-        Bound::Ours
-    } else {
-        Bound::Other
+impl Drop for BoundDevice {
+    fn drop(&mut self) {
+        // SAFETY: Gives back the reference owned per the type invariant.
+        unsafe { bindings::ib_device_put(self.0) };
     }
 }
 
