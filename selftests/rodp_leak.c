@@ -5,6 +5,8 @@
  */
 #include "rodp_test.h"
 #include "kselftest_harness.h"
+#include <pthread.h>
+#include <time.h>
 
 /* Slab objects that may come and go for reasons of their own during the loops. */
 #define SLAB_SLACK 600
@@ -101,6 +103,89 @@ TEST(rmmod_with_context_open_tears_down)
 	EXPECT_EQ(0, link_add("rodp0", "veth0"));
 	EXPECT_TRUE(dev_listed("rodp0"));
 	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+/* Opens rodp0, allocates and frees a PD, closes, until told to stop; counts what worked. */
+struct churn {
+	volatile int stop;
+	volatile long opened, pds;
+};
+
+static void *churn_thread(void *arg)
+{
+	struct churn *c = arg;
+
+	while (!c->stop) {
+		struct ibv_context *ctx = open_dev("rodp0");
+		struct ibv_pd *pd;
+
+		if (!ctx)
+			continue;
+		c->opened++;
+		pd = ibv_alloc_pd(ctx);
+		if (pd) {
+			c->pds++;
+			ibv_dealloc_pd(pd);
+		}
+		ibv_close_device(ctx);
+	}
+	return NULL;
+}
+
+/* Device removal racing with user contexts: every interleaving ends cleanly (no splat). */
+FIXTURE(race) {
+	struct churn churn;
+	pthread_t thread;
+};
+
+FIXTURE_SETUP(race)
+{
+	ensure_netdevs();
+	memset(&self->churn, 0, sizeof(self->churn));
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	ASSERT_EQ(0, pthread_create(&self->thread, NULL, churn_thread, &self->churn));
+}
+
+FIXTURE_TEARDOWN(race)
+{
+	self->churn.stop = 1;
+	pthread_join(self->thread, NULL);
+	sh(NULL, 0, "rdma link delete rodp0; ip link delete rdum1");
+}
+
+TEST_F_TIMEOUT(race, link_delete_while_contexts_churn, 600)
+{
+	for (int i = 0; i < 20; i++) {
+		usleep(200000);
+		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
+		ASSERT_EQ(0, sh(NULL, 0, "rdma link add rodp0 type rodp netdev veth0"));
+	}
+	/* The churn really ran against live devices, not only against missing ones. */
+	EXPECT_LT(0, self->churn.pds) TH_LOG("opened %ld contexts", self->churn.opened);
+}
+
+TEST_F_TIMEOUT(race, rmmod_while_contexts_churn, 600)
+{
+	for (int i = 0; i < 10; i++) {
+		usleep(200000);
+		ASSERT_EQ(0, sh(NULL, 0, "rmmod rodp"));
+		EXPECT_FALSE(dev_listed("rodp0"));
+		ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	}
+}
+
+TEST_F_TIMEOUT(race, netdev_delete_while_contexts_churn, 600)
+{
+	for (int i = 0; i < 10; i++) {
+		ASSERT_EQ(0, sh(NULL, 0, "ip link add rdum1 type dummy && ip link set rdum1 up"));
+		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0; rdma link add rodp0 type rodp netdev rdum1"));
+		usleep(200000);
+		/* ib_core holds the netdev until rodp lets go of it: this must not hang. */
+		ASSERT_EQ(0, sh(NULL, 0, "timeout 60 ip link delete rdum1"));
+		for (int j = 0; j < 50 && dev_listed("rodp0"); j++)
+			usleep(100000);
+		EXPECT_FALSE(dev_listed("rodp0"));
+	}
 }
 
 TEST_HARNESS_MAIN

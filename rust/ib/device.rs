@@ -452,8 +452,9 @@ impl BoundDevice {
                 bindings::rdma_driver_id_RDMA_DRIVER_RXE,
             )
         };
-        // INVARIANT: The reference is handed to the new object.
-        (!ib.is_null()).then_some(Self(ib))
+        // INVARIANT: The reference is handed to the new object; a null pointer never makes one
+        // (`then`, not `then_some`, which would build and drop a `Self(null)`).
+        (!ib.is_null()).then(|| Self(ib))
     }
 
     /// Whether `owner` registered the device (rodp's devices carry rodp as owner).

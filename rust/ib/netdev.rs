@@ -86,7 +86,7 @@ impl NetDevRef {
     /// `ptr` is null or points to a `net_device` whose reference the caller hands over.
     pub(crate) unsafe fn from_raw(ptr: *mut bindings::net_device) -> Option<Self> {
         // INVARIANT: Non-null pointers carry a reference, per the safety requirements.
-        (!ptr.is_null()).then_some(Self(ptr))
+        (!ptr.is_null()).then(|| Self(ptr))
     }
 }
 
