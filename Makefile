@@ -2,7 +2,10 @@
 # rodp: `make` builds rodp.ko against KDIR (default: the cached test kernel); `make run` boots a
 # guest with rodp0; `make check` runs every test in the guest.
 
-KDIR ?= $(shell scripts/kernel.sh)
+# Evaluated once, on first use: asking scripts/kernel.sh builds the kernel if it is missing.
+ifeq ($(origin KDIR),undefined)
+KDIR = $(eval KDIR := $$(shell scripts/kernel.sh))$(KDIR)
+endif
 LLVM ?= -19
 RUSTC ?= /usr/bin/rustc
 export PATH := $(HOME)/.cargo/bin:$(PATH)

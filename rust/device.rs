@@ -17,7 +17,7 @@ use crate::{
 };
 use kernel::{
     prelude::*,
-    sync::atomic::{Atomic, Relaxed},
+    sync::atomic::{Acquire, Atomic, Full},
     ModuleMetadata, ThisModule,
 };
 
@@ -37,8 +37,25 @@ pub(crate) const MAX_MSG_SIZE: u32 = 1 << 31;
 /// Maximum number of protection domains per device.
 pub(crate) const MAX_PD: u32 = 1 << 16;
 
-/// Number of rodp devices alive; while nonzero, rdma_rxe may not load.
+/// Number of rodp devices alive or being created; while nonzero, rdma_rxe may not load.
 static DEVICES: Atomic<i32> = Atomic::new(0);
+
+/// One unit of [`DEVICES`], held by each device, and by `newlink` from before its rdma_rxe
+/// check: either the check sees rdma_rxe, or rdma_rxe's module notifier sees this unit.
+struct Alive;
+
+impl Alive {
+    fn new() -> Self {
+        DEVICES.fetch_add(1, Full);
+        Self
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        DEVICES.fetch_sub(1, Full);
+    }
+}
 
 /// The driver data of one rodp device.
 pub(crate) struct Rodp {
@@ -46,25 +63,20 @@ pub(crate) struct Rodp {
     guid_be: u64,
     /// Protection domains allocated, at most `MAX_PD`.
     pub(crate) pds: Limit,
+    /// Keeps rdma_rxe out while this device exists.
+    _alive: Alive,
 }
 
 /// A rodp device as ib_core's callbacks see it.
 pub(crate) type Device = ib::Device<Rodp>;
 
 impl Rodp {
-    fn new(ndev: &NetDev) -> Result<Self> {
-        let pds = Limit::new(MAX_PD)?;
-        DEVICES.add(1, Relaxed);
+    fn new(ndev: &NetDev, alive: Alive) -> Result<Self> {
         Ok(Self {
             guid_be: u64::from_ne_bytes(ndev.eui64()),
-            pds,
+            pds: Limit::new(MAX_PD)?,
+            _alive: alive,
         })
-    }
-}
-
-impl Drop for Rodp {
-    fn drop(&mut self) {
-        DEVICES.add(-1, Relaxed);
     }
 }
 
@@ -113,6 +125,7 @@ impl Link for Rodp {
     const TYPE: &'static CStr = c"rodp";
 
     fn newlink(name: &CStr, ndev: &NetDev) -> Result {
+        let alive = Alive::new();
         if link::module_loaded(RXE_MODULE) {
             pr_err!("{RXE_MODULE:?} is loaded: refusing to create {name:?}; unload it first\n");
             return Err(EBUSY);
@@ -139,7 +152,7 @@ impl Link for Rodp {
             node_desc: c"rodp",
             owner: MODULE,
         };
-        ib::Device::<Rodp>::register(&new, Rodp::new(ndev)).map_err(|e| {
+        ib::Device::<Rodp>::register(&new, Rodp::new(ndev, alive)).map_err(|e| {
             // ib_core says ENFILE when the name is taken (nldev rejects the '%' patterns that
             // could also run out of numbers); EEXIST says what happened.
             if e == ENFILE {
@@ -159,7 +172,7 @@ impl Link for Rodp {
     }
 
     fn module_coming(name: &CStr) -> Result {
-        if name == RXE_MODULE && DEVICES.load(Relaxed) > 0 {
+        if name == RXE_MODULE && DEVICES.load(Acquire) > 0 {
             pr_err!(
                 "refusing to load {RXE_MODULE:?} while rodp devices exist: delete them first\n"
             );

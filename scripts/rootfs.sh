@@ -37,7 +37,7 @@ INIT
 chmod 755 "$1/sbin/rodp-init"; echo rodp-guest > "$1/etc/hostname"' \
 	"$suite" "$dir/root" http://deb.debian.org/debian >&2
 dpkg-query --admindir="$dir/root/var/lib/dpkg" -W rdma-core >&2
-mke2fs -q -t ext4 -L rodproot -d "$dir/root" "$dir/img" 2G
+mke2fs -q -t ext4 -L rodproot -d "$dir/root" "$dir/img" 2G >&2 # stdout carries only the path
 mv "$dir/img" "$img"
 for old in "$RODP_CACHE"/rootfs-*.ext4; do [ "$old" = "$img" ] || rm -f "$old"; done
 echo "$img"
