@@ -5,15 +5,13 @@
 use crate::device::Device;
 use kernel::prelude::*;
 
-/// The driver data of a user context.
-pub(crate) struct UContext {
-    /// Name of the device, for messages about this context.
-    _private: (),
-}
+/// The driver data of a user context: nothing yet. The rxe ABI passes no driver data with the
+/// command, and ib_core's uobjects track what a context owns.
+pub(crate) struct UContext;
 
 impl UContext {
-    /// Creates the context data; the rxe ABI passes no driver data with the command.
+    /// Creates the context data.
     pub(crate) fn new(_dev: &Device) -> Result<Self> {
-        Ok(Self { _private: () })
+        Ok(Self)
     }
 }

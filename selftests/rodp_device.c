@@ -97,6 +97,22 @@ TEST_F(dev, port_follows_netdev)
 	EXPECT_EQ(IBV_PORT_ACTIVE, p.state);
 }
 
+TEST_F(dev, active_mtu_follows_netdev_mtu)
+{
+	struct ibv_port_attr p;
+
+	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 mtu 9000"));
+	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
+	EXPECT_EQ(IBV_MTU_4096, p.active_mtu);
+	/* Below what RoCE headers need, the port still reports the smallest IB MTU. */
+	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 mtu 200"));
+	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
+	EXPECT_EQ(IBV_MTU_256, p.active_mtu);
+	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 mtu 1500"));
+	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
+	EXPECT_EQ(IBV_MTU_1024, p.active_mtu);
+}
+
 TEST_F(dev, rdma_tool_shows_netdev)
 {
 	char out[4096];

@@ -11,7 +11,12 @@
 /* Slab objects that may come and go for reasons of their own during the loops. */
 #define SLAB_SLACK 600
 
-TEST(pd_10000_no_leak)
+/* Loops of thousands of verbs calls take tens of seconds under TCG: allow ten minutes. */
+FIXTURE(loop) {};
+FIXTURE_SETUP(loop) { ensure_netdevs(); }
+FIXTURE_TEARDOWN(loop) {}
+
+TEST_F_TIMEOUT(loop, pd_10000_no_leak, 600)
 {
 	struct ibv_context *ctx;
 	long before, after, ref;
@@ -34,7 +39,7 @@ TEST(pd_10000_no_leak)
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 
-TEST(context_1000_no_leak)
+TEST_F_TIMEOUT(loop, context_1000_no_leak, 600)
 {
 	long before, after, ref;
 
@@ -53,7 +58,7 @@ TEST(context_1000_no_leak)
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 
-TEST(pd_limit_enforced_and_released)
+TEST_F_TIMEOUT(loop, pd_limit_enforced_and_released, 600)
 {
 	enum { MAX = 65536 };
 	struct ibv_pd **pds = calloc(MAX + 1, sizeof(*pds));

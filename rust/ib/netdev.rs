@@ -106,8 +106,29 @@ impl Drop for NetDevRef {
     }
 }
 
-/// The IB MTU enum value for an Ethernet MTU, after RoCE headers (`iboe_get_mtu`).
+/// The IB MTU enum value (`IB_MTU_*`) for an Ethernet MTU, after RoCE headers
+/// (`iboe_get_mtu`), and never below `IB_MTU_256`, the smallest IB MTU.
 pub(crate) fn ib_mtu_for(eth_mtu: u32) -> u32 {
     // SAFETY: Pure computation.
-    unsafe { bindings::iboe_get_mtu(eth_mtu.try_into().unwrap_or(i32::MAX)) }
+    let mtu = unsafe { bindings::iboe_get_mtu(eth_mtu.try_into().unwrap_or(i32::MAX)) };
+    mtu.max(bindings::ib_mtu_IB_MTU_256)
+}
+
+#[kunit_tests(rodp_netdev)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ib_mtu_follows_ethernet_mtu() {
+        assert_eq!(ib_mtu_for(1500), bindings::ib_mtu_IB_MTU_1024);
+        assert_eq!(ib_mtu_for(9000), bindings::ib_mtu_IB_MTU_4096);
+        assert_eq!(ib_mtu_for(2200), bindings::ib_mtu_IB_MTU_2048);
+        assert_eq!(ib_mtu_for(u32::MAX), bindings::ib_mtu_IB_MTU_4096);
+    }
+
+    #[test]
+    fn tiny_ethernet_mtu_still_gives_a_valid_ib_mtu() {
+        assert_eq!(ib_mtu_for(68), bindings::ib_mtu_IB_MTU_256);
+        assert_eq!(ib_mtu_for(0), bindings::ib_mtu_IB_MTU_256);
+    }
 }
