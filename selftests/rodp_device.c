@@ -85,6 +85,35 @@ TEST_F(dev, query_port_roce)
 	EXPECT_NE(0, ibv_query_port(self->ctx, 2, &p));
 }
 
+/* ib_core adds a RoCE GID for each address of the netdev, and removes it with the address. */
+static int has_ipv4_gid(struct ibv_context *ctx, const uint8_t ip[4])
+{
+	union ibv_gid gid;
+
+	for (int i = 0; i < 16; i++) {
+		if (ibv_query_gid(ctx, 1, i, &gid))
+			break;
+		if (!memcmp(gid.raw, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) && !memcmp(gid.raw + 12, ip, 4))
+			return 1;
+	}
+	return 0;
+}
+
+TEST_F(dev, gids_follow_netdev_addresses)
+{
+	static const uint8_t ip[4] = { 10, 9, 8, 7 };
+
+	ASSERT_EQ(0, sh(NULL, 0, "ip addr add 10.9.8.7/24 dev veth0"));
+	/* GID updates run on ib_core's workqueue. */
+	for (int i = 0; i < 50 && !has_ipv4_gid(self->ctx, ip); i++)
+		usleep(100000);
+	EXPECT_TRUE(has_ipv4_gid(self->ctx, ip));
+	ASSERT_EQ(0, sh(NULL, 0, "ip addr del 10.9.8.7/24 dev veth0"));
+	for (int i = 0; i < 50 && has_ipv4_gid(self->ctx, ip); i++)
+		usleep(100000);
+	EXPECT_FALSE(has_ipv4_gid(self->ctx, ip));
+}
+
 TEST_F(dev, port_follows_netdev)
 {
 	struct ibv_port_attr p;
@@ -99,18 +128,17 @@ TEST_F(dev, port_follows_netdev)
 
 TEST_F(dev, active_mtu_follows_netdev_mtu)
 {
+	/* Below what RoCE headers need, the port still reports the smallest IB MTU. */
+	static const struct { int eth; enum ibv_mtu ib; } cases[] = {
+		{ 9000, IBV_MTU_4096 }, { 200, IBV_MTU_256 }, { 1500, IBV_MTU_1024 },
+	};
 	struct ibv_port_attr p;
 
-	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 mtu 9000"));
-	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
-	EXPECT_EQ(IBV_MTU_4096, p.active_mtu);
-	/* Below what RoCE headers need, the port still reports the smallest IB MTU. */
-	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 mtu 200"));
-	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
-	EXPECT_EQ(IBV_MTU_256, p.active_mtu);
-	ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 mtu 1500"));
-	ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
-	EXPECT_EQ(IBV_MTU_1024, p.active_mtu);
+	for (unsigned int i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ASSERT_EQ(0, sh(NULL, 0, "ip link set veth0 mtu %d", cases[i].eth));
+		ASSERT_EQ(0, ibv_query_port(self->ctx, 1, &p));
+		EXPECT_EQ(cases[i].ib, p.active_mtu) TH_LOG("netdev MTU %d", cases[i].eth);
+	}
 }
 
 TEST_F(dev, rdma_tool_shows_netdev)
