@@ -30,4 +30,27 @@ int rodp_helper_remap_vmalloc_range(struct vm_area_struct *vma, void *addr);
 void rodp_helper_mark_name_assigned_by_user(struct ib_device *ibdev);
 u64 rodp_helper_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 
+u32 rodp_helper_load_acquire_u32(const u32 *p);
+void rodp_helper_store_release_u32(u32 *p, u32 v);
+struct ib_umem;
+size_t rodp_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_t n);
+void *rodp_helper_kmap_local_page(struct page *page);
+void rodp_helper_kunmap_local(void *addr);
+u64 rodp_helper_atomic64_cmpxchg(u64 *p, u64 old, u64 new);
+u64 rodp_helper_atomic64_fetch_add(u64 *p, u64 add);
+int rodp_helper_wq_create(void);
+void rodp_helper_wq_destroy(void);
+struct workqueue_struct *rodp_helper_wq(void);
+int rodp_helper_copy_to_udata(struct ib_udata *udata, void *src, size_t len);
+int rodp_helper_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);
+bool rodp_helper_is_err(const void *ptr);
+long rodp_helper_ptr_err(const void *ptr);
+int rodp_helper_devs_add(struct ib_device *dev, u32 *id);
+void rodp_helper_devs_del(u32 id);
+void rodp_helper_devs_lock(void);
+void rodp_helper_devs_unlock(void);
+struct ib_device *rodp_helper_devs_find_gid_locked(const u8 *gid);
+struct uverbs_attr_bundle;
+struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
+
 #endif

@@ -4,20 +4,32 @@
 //! `rxe_net.c` and the query verbs of `rxe_verbs.c`).
 
 use crate::{
+    ah::{self, AhShared},
+    cq,
     ib::{
         self,
         device::{BoundDevice, NewDevice},
+        event::Events,
         link::{self, Link},
         netdev::ib_mtu_for,
-        object::UContext,
+        udata::Udata,
+        verbs::{device_cap, Notify, QpAttr, QpInit, Route, SrqAttr},
         DeviceAttr, NetDev, PortAttr,
     },
     limit::Limit,
-    pd, ucontext,
+    mr::{self, MrShared},
+    pd,
+    qp::{self, QpShared},
+    srq,
+    table::Table,
+    ucontext,
 };
 use kernel::{
     prelude::*,
-    sync::atomic::{Acquire, Atomic, Full},
+    sync::{
+        atomic::{Acquire, Atomic, Full},
+        Arc,
+    },
     ModuleMetadata, ThisModule,
 };
 
@@ -57,24 +69,69 @@ impl Drop for Alive {
     }
 }
 
+/// The numbered objects of a device the engine looks up: QPs by number, MRs by key, AHs by
+/// number. Shared with the objects (they outlive their ib_core structs while work is in flight).
+#[pin_data]
+pub(crate) struct Tables {
+    /// QPs by number.
+    #[pin]
+    pub(crate) qps: Table<QpShared>,
+    /// MRs by key index.
+    #[pin]
+    pub(crate) mrs: Table<MrShared>,
+    /// AHs by number.
+    #[pin]
+    pub(crate) ahs: Table<AhShared>,
+}
+
 /// The driver data of one rodp device.
 pub(crate) struct Rodp {
     /// `sys_image_guid`, from the netdev's MAC address.
     guid_be: u64,
     /// Protection domains allocated, at most `MAX_PD`.
     pub(crate) pds: Limit,
+    /// CQs allocated.
+    pub(crate) cqs: Limit,
+    /// QPs allocated.
+    pub(crate) qps: Limit,
+    /// SRQs allocated.
+    pub(crate) srqs: Limit,
+    /// MRs registered.
+    pub(crate) mrs: Limit,
+    /// AHs allocated.
+    pub(crate) ahs: Limit,
+    /// Numbered objects.
+    pub(crate) tables: Arc<Tables>,
     /// Keeps rdma_rxe out while this device exists.
     _alive: Alive,
 }
 
 /// A rodp device as ib_core's callbacks see it.
 pub(crate) type Device = ib::Device<Rodp>;
+/// A user context of a rodp device.
+pub(crate) type UContext = ib::object::UContext<Rodp>;
+/// A PD of a rodp device.
+pub(crate) type Pd = ib::object::Pd<Rodp>;
 
 impl Rodp {
     fn new(ndev: &NetDev, alive: Alive) -> Result<Self> {
+        let tables = Arc::pin_init(
+            pin_init!(Tables {
+                qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
+                mrs <- Table::new(1, mr::MAX_MR),
+                ahs <- Table::new(1, ah::MAX_AH),
+            }),
+            GFP_KERNEL,
+        )?;
         Ok(Self {
             guid_be: u64::from_ne_bytes(ndev.eui64()),
             pds: Limit::new(MAX_PD)?,
+            cqs: Limit::new(cq::MAX_CQ)?,
+            qps: Limit::new(qp::MAX_QP)?,
+            srqs: Limit::new(srq::MAX_SRQ)?,
+            mrs: Limit::new(mr::MAX_MR)?,
+            ahs: Limit::new(ah::MAX_AH)?,
+            tables,
             _alive: alive,
         })
     }
@@ -84,15 +141,40 @@ impl Rodp {
 impl ib::Driver for Rodp {
     type UContext = ucontext::UContext;
     type Pd = pd::Pd;
+    type Cq = cq::Cq;
+    type Qp = qp::Qp;
+    type Srq = srq::Srq;
+    type Ah = ah::Ah;
+    type Mr = mr::Mr;
 
     fn query_device(dev: &Device) -> DeviceAttr {
-        // Only what works is reported: no QPs, CQs or MRs yet.
         DeviceAttr {
             sys_image_guid_be: dev.guid_be,
             vendor_id: 0xffffff,
+            max_mr_size: mr::MAX_MR_SIZE,
+            page_size_cap: kernel::page::PAGE_SIZE as u64,
             max_pd: MAX_PD,
             max_pkeys: 1,
             allow_user_unreg: true,
+            device_cap_flags: device_cap::RC_RNR_NAK_GEN
+                | device_cap::SRQ_RESIZE
+                | device_cap::SYS_IMAGE_GUID
+                | device_cap::PORT_ACTIVE_EVENT,
+            max_qp: qp::MAX_QP,
+            max_qp_wr: qp::MAX_QP_WR,
+            max_sge: qp::MAX_SGE,
+            max_sge_rd: qp::MAX_SGE,
+            max_cq: cq::MAX_CQ,
+            max_cqe: cq::MAX_CQE,
+            max_mr: mr::MAX_MR,
+            max_qp_rd_atom: qp::MAX_RD_ATOMIC,
+            max_qp_init_rd_atom: qp::MAX_RD_ATOMIC,
+            max_res_rd_atom: qp::MAX_RD_ATOMIC * qp::MAX_QP,
+            max_srq: srq::MAX_SRQ,
+            max_srq_wr: srq::MAX_SRQ_WR,
+            max_srq_sge: srq::MAX_SRQ_SGE,
+            max_ah: ah::MAX_AH,
+            atomic_hca: true,
             ..Default::default()
         }
     }
@@ -116,8 +198,131 @@ impl ib::Driver for Rodp {
         ucontext::UContext::new(dev)
     }
 
-    fn alloc_pd(dev: &Device, _ctx: Option<&UContext<Rodp>>) -> Result<pd::Pd> {
+    fn alloc_pd(dev: &Device, _ctx: Option<&UContext>) -> Result<pd::Pd> {
         pd::Pd::new(dev)
+    }
+
+    fn create_cq(
+        dev: &Device,
+        ctx: &UContext,
+        cqe: u32,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<(cq::Cq, u32)> {
+        cq::Cq::new(dev, ctx, cqe, events, udata)
+    }
+
+    fn resize_cq(cq: &cq::Cq, ctx: &UContext, cqe: u32, udata: &mut Udata<'_>) -> Result<u32> {
+        cq.resize(ctx, cqe, udata)
+    }
+
+    fn req_notify_cq(cq: &cq::Cq, arm: Notify, report_missed: bool) -> Result<bool> {
+        Ok(cq.req_notify(arm, report_missed))
+    }
+
+    fn destroy_cq(cq: &cq::Cq) -> Result {
+        cq.destroy();
+        Ok(())
+    }
+
+    fn reg_user_mr(
+        dev: &Device,
+        pd: &Pd,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+    ) -> Result<(mr::Mr, u32)> {
+        mr::Mr::register(dev, pd, start, length, iova, access)
+    }
+
+    fn dereg_mr(_mr: &mr::Mr) -> Result {
+        Ok(())
+    }
+
+    fn create_ah(
+        dev: &Device,
+        pd: &Pd,
+        route: &Route,
+        udata: Option<&mut Udata<'_>>,
+    ) -> Result<ah::Ah> {
+        ah::Ah::new(dev, pd, route, udata)
+    }
+
+    fn destroy_ah(_ah: &ah::Ah) {}
+
+    fn create_srq(
+        dev: &Device,
+        pd: &Pd,
+        ctx: &UContext,
+        attr: &mut SrqAttr,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<srq::Srq> {
+        srq::Srq::new(dev, pd, ctx, attr, events, udata)
+    }
+
+    fn modify_srq(
+        srq: &srq::Srq,
+        ctx: &UContext,
+        attr: &SrqAttr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result {
+        srq.modify(ctx, attr, mask, udata)
+    }
+
+    fn query_srq(srq: &srq::Srq) -> SrqAttr {
+        srq.query()
+    }
+
+    fn destroy_srq(srq: &srq::Srq) -> Result {
+        srq.destroy();
+        Ok(())
+    }
+
+    fn create_qp(
+        dev: &Device,
+        pd: &Pd,
+        ctx: &UContext,
+        init: &mut QpInit,
+        cqs: (&cq::Cq, &cq::Cq),
+        srq: Option<&srq::Srq>,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<(qp::Qp, u32)> {
+        qp::Qp::new(
+            dev,
+            pd,
+            ctx,
+            init,
+            (&cqs.0.shared, &cqs.1.shared),
+            srq.map(|s| &s.shared),
+            events,
+            udata,
+        )
+    }
+
+    fn modify_qp(dev: &Device, qp: &qp::Qp, attr: &QpAttr, mask: u32) -> Result {
+        qp.modify(
+            |r: &Route| dev.query_gid(r.sgid_index.into()).map(|_| ()),
+            attr,
+            mask,
+        )
+    }
+
+    fn query_qp(qp: &qp::Qp) -> (QpAttr, QpInit) {
+        qp.query()
+    }
+
+    fn destroy_qp(qp: &qp::Qp) -> Result {
+        qp.destroy();
+        Ok(())
+    }
+
+    fn post_send(qp: &qp::Qp) -> Result {
+        qp.doorbell();
+        Ok(())
     }
 }
 

@@ -5,11 +5,19 @@
 //! This is the only part of rodp that touches the generated bindings. Everything above it works
 //! with the safe types defined here.
 
+pub(crate) mod abi;
 pub(crate) mod device;
+pub(crate) mod event;
+pub(crate) mod gid;
 pub(crate) mod link;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
 pub(crate) mod object;
+mod ops;
+pub(crate) mod udata;
+pub(crate) mod umem;
+pub(crate) mod verbs;
+pub(crate) mod wq;
 
 pub(crate) use device::{Device, DeviceAttr, Driver, PortAttr};
 pub(crate) use netdev::NetDev;

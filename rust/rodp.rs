@@ -5,11 +5,19 @@
 //! See `Documentation/rodp.rst`. Layers, top to bottom: module and device (`device`), verbs
 //! objects (`pd`, `ucontext`), and the FFI layer over ib_core (`ib`).
 
+mod ah;
 mod bindings;
+mod cq;
 mod device;
+mod engine;
 mod ib;
 mod limit;
+mod mr;
 mod pd;
+mod qp;
+mod queue;
+mod srq;
+mod table;
 mod ucontext;
 
 use kernel::prelude::*;
@@ -24,14 +32,21 @@ module! {
 }
 
 /// The module: the `rodp` link type, alive from load to unload.
+///
+/// Fields drop in order: the link registration removes every device (and so every QP) before
+/// the workqueue the engine runs on is drained and destroyed.
 #[pin_data]
 struct RodpModule {
     #[pin]
     link: ib::link::Registration<device::Rodp>,
+    _wq: ib::wq::ModuleQueue,
 }
 
 impl kernel::InPlaceModule for RodpModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        try_pin_init!(Self { link <- ib::link::Registration::new() })
+        try_pin_init!(Self {
+            _wq: ib::wq::ModuleQueue::new()?,
+            link <- ib::link::Registration::new(),
+        })
     }
 }

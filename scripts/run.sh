@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # Boots the test kernel in QEMU with rodp.ko, the selftests and a guest script shared over 9p.
 #   scripts/run.sh demo|check|bench   runs selftests/guest/<name>.sh in the guest
+#   RODP_TESTS=glob                   `check` runs only the selftests matching glob
 # The guest's serial log is kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
 # script's, and for `check` also fails on any kernel splat in the log.
 set -euo pipefail
@@ -31,6 +32,8 @@ cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/$task.sh" "$sha
 cp -a "$RODP_TOP/selftests/build" "$share/tests"
 printf '%s\n' "$task" > "$share/task"
 printf '%s\n' "$limit" > "$share/limit"
+# RODP_TESTS: a glob of selftest names for `check` (default: all).
+printf '%s\n' "${RODP_TESTS:-*}" > "$share/filter"
 
 qemu=(qemu-system-x86_64 -M pc -m 4G -smp 2 -nographic -no-reboot
       -kernel "$kdir/arch/x86/boot/bzImage"

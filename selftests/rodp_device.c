@@ -50,14 +50,22 @@ TEST_F(dev, query_device_is_honest)
 	EXPECT_EQ(1, a.max_pkeys);
 	EXPECT_NE(0, a.node_guid);
 	EXPECT_EQ(a.node_guid, a.sys_image_guid);
+	/* The data path's limits (each enforced; see rodp_data and rodp_objects). */
+	EXPECT_EQ(65536, a.max_qp);
+	EXPECT_EQ(16384, a.max_qp_wr);
+	EXPECT_EQ(32, a.max_sge);
+	EXPECT_EQ(65536, a.max_cq);
+	EXPECT_EQ(32767, a.max_cqe);
+	EXPECT_EQ(16777215, a.max_mr);
+	EXPECT_EQ(65536, a.max_srq);
+	EXPECT_EQ(32767, a.max_ah);
+	EXPECT_EQ(128, a.max_qp_rd_atom);
+	EXPECT_EQ(IBV_ATOMIC_HCA, a.atomic_cap);
+	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_RC_RNR_NAK_GEN);
+	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
 	/* Nothing that is not implemented yet is advertised. */
-	EXPECT_EQ(0, a.max_qp);
-	EXPECT_EQ(0, a.max_cq);
-	EXPECT_EQ(0, a.max_mr);
-	EXPECT_EQ(0, a.max_srq);
-	EXPECT_EQ(0, a.max_ah);
 	EXPECT_EQ(0, a.max_mw);
-	EXPECT_EQ(IBV_ATOMIC_NONE, a.atomic_cap);
+	EXPECT_EQ(0, a.max_mcast_grp);
 	EXPECT_EQ(0, a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS));
 }
 

@@ -70,7 +70,9 @@ static inline int dev_listed(const char *name)
 static inline void ensure_netdevs(void)
 {
 	sh(NULL, 0, "ip link show veth0 || ip link add veth0 type veth peer name veth1;"
-		    "ip link set veth0 up; ip link set veth1 up");
+		    "ip link set veth0 up; ip link set veth1 up;"
+		    "for c in all default veth0 veth1; do"
+		    " sysctl -qw net.ipv4.conf.$c.accept_local=1 net.ipv4.conf.$c.rp_filter=0; done");
 }
 
 /* Loads rodp and creates dev on ndev (deleting an earlier one of that name). */

@@ -10,6 +10,12 @@
 #include <rdma/ib_addr.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
+#include <rdma/ib_umem.h>
+#include <rdma/ib_cache.h>
+#include <linux/xarray.h>
+#include <linux/highmem.h>
+#include <linux/scatterlist.h>
+#include <linux/workqueue.h>
 #include <rodp_helpers.h>
 
 struct ib_device *rodp_helper_ib_alloc_device(size_t size)
@@ -138,4 +144,150 @@ void rodp_helper_mark_name_assigned_by_user(struct ib_device *ibdev)
 u64 rodp_helper_mmap_get_offset(const struct rdma_user_mmap_entry *entry)
 {
 	return rdma_user_mmap_get_offset(entry);
+}
+
+/* Ring indices shared with user space: acquire on read, release on write. */
+u32 rodp_helper_load_acquire_u32(const u32 *p)
+{
+	return smp_load_acquire(p);
+}
+
+void rodp_helper_store_release_u32(u32 *p, u32 v)
+{
+	smp_store_release(p, v);
+}
+
+/* Fills pages[] with the pinned pages of a umem, in order; returns how many. */
+size_t rodp_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_t n)
+{
+	struct sg_page_iter iter;
+	size_t i = 0;
+
+	for_each_sgtable_page(&umem->sgt_append.sgt, &iter, 0) {
+		if (i == n)
+			break;
+		pages[i++] = sg_page_iter_page(&iter);
+	}
+	return i;
+}
+
+void *rodp_helper_kmap_local_page(struct page *page)
+{
+	return kmap_local_page(page);
+}
+
+void rodp_helper_kunmap_local(void *addr)
+{
+	kunmap_local(addr);
+}
+
+/* 64-bit atomics on memory the device exposes: compare-and-swap and fetch-and-add. */
+u64 rodp_helper_atomic64_cmpxchg(u64 *p, u64 old, u64 new)
+{
+	return cmpxchg64(p, old, new);
+}
+
+u64 rodp_helper_atomic64_fetch_add(u64 *p, u64 add)
+{
+	return (u64)atomic64_fetch_add((s64)add, (atomic64_t *)p);
+}
+
+/* The module's workqueue, alive from module init to exit. */
+static struct workqueue_struct *rodp_wq;
+
+int rodp_helper_wq_create(void)
+{
+	rodp_wq = alloc_workqueue("rodp", WQ_UNBOUND, 0);
+	return rodp_wq ? 0 : -ENOMEM;
+}
+
+void rodp_helper_wq_destroy(void)
+{
+	destroy_workqueue(rodp_wq);
+	rodp_wq = NULL;
+}
+
+struct workqueue_struct *rodp_helper_wq(void)
+{
+	return rodp_wq;
+}
+
+int rodp_helper_copy_to_udata(struct ib_udata *udata, void *src, size_t len)
+{
+	return ib_copy_to_udata(udata, src, len);
+}
+
+int rodp_helper_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
+{
+	return ib_copy_from_udata(dst, udata, len);
+}
+
+bool rodp_helper_is_err(const void *ptr)
+{
+	return IS_ERR(ptr);
+}
+
+long rodp_helper_ptr_err(const void *ptr)
+{
+	return PTR_ERR(ptr);
+}
+
+/*
+ * The registered rodp devices, for finding the device that owns a GID (the local transport's
+ * routing). Devices are listed from before registration until dealloc_driver, so a listed
+ * device's driver data is live while the lock is held.
+ */
+static DEFINE_MUTEX(rodp_devs_lock);
+static DEFINE_XARRAY_ALLOC(rodp_devs);
+
+int rodp_helper_devs_add(struct ib_device *dev, u32 *id)
+{
+	int ret;
+
+	mutex_lock(&rodp_devs_lock);
+	ret = xa_alloc(&rodp_devs, id, dev, xa_limit_32b, GFP_KERNEL);
+	mutex_unlock(&rodp_devs_lock);
+	return ret;
+}
+
+void rodp_helper_devs_del(u32 id)
+{
+	mutex_lock(&rodp_devs_lock);
+	xa_erase(&rodp_devs, id);
+	mutex_unlock(&rodp_devs_lock);
+}
+
+void rodp_helper_devs_lock(void)
+{
+	mutex_lock(&rodp_devs_lock);
+}
+
+void rodp_helper_devs_unlock(void)
+{
+	mutex_unlock(&rodp_devs_lock);
+}
+
+/* With the lock held: the listed device whose GID table holds gid, or NULL. */
+struct ib_device *rodp_helper_devs_find_gid_locked(const u8 *gid)
+{
+	const struct ib_gid_attr *attr;
+	struct ib_device *dev;
+	unsigned long idx;
+
+	lockdep_assert_held(&rodp_devs_lock);
+	xa_for_each(&rodp_devs, idx, dev) {
+		attr = rdma_find_gid(dev, (const union ib_gid *)gid, IB_GID_TYPE_ROCE_UDP_ENCAP, NULL);
+		if (IS_ERR(attr))
+			attr = rdma_find_gid(dev, (const union ib_gid *)gid, IB_GID_TYPE_IB, NULL);
+		if (!IS_ERR(attr)) {
+			rdma_put_gid_attr(attr);
+			return dev;
+		}
+	}
+	return NULL;
+}
+
+struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
+{
+	return &attrs->driver_udata;
 }

@@ -6,13 +6,16 @@
 //! `ib_device`, and frees it after calling `dealloc_driver`, which drops that data in place.
 
 use super::{
+    event::Events,
     mmap,
     netdev::{NetDev, NetDevRef},
-    object::{Pd, UContext},
+    object::{Ah, Cq, Pd, Qp, Srq, UContext},
+    udata::Udata,
+    verbs::{Notify, QpAttr, QpInit, Route, SrqAttr},
 };
 use crate::bindings;
 use core::{mem::offset_of, ptr::addr_of_mut};
-use kernel::{error::from_result, prelude::*, types::Opaque, ThisModule};
+use kernel::{error::from_result, prelude::*, sync::Arc, types::Opaque, ThisModule};
 
 /// The uverbs ABI version of the rxe provider (`RXE_UVERBS_ABI_VERSION` in rxe.h); rdma-core's
 /// rxe provider binds only devices that report it.
@@ -39,6 +42,38 @@ pub(crate) struct DeviceAttr {
     pub(crate) max_pkeys: u16,
     /// Whether `rdma link delete` may remove the device (`IBK_ALLOW_USER_UNREG`).
     pub(crate) allow_user_unreg: bool,
+    /// `IB_DEVICE_*` capability flags.
+    pub(crate) device_cap_flags: u64,
+    /// Maximum number of QPs.
+    pub(crate) max_qp: u32,
+    /// Maximum depth of a send or receive queue.
+    pub(crate) max_qp_wr: u32,
+    /// Scatter/gather entries per send or receive WR.
+    pub(crate) max_sge: u32,
+    /// Scatter/gather entries per RDMA read WR.
+    pub(crate) max_sge_rd: u32,
+    /// Maximum number of CQs.
+    pub(crate) max_cq: u32,
+    /// Maximum CQ depth.
+    pub(crate) max_cqe: u32,
+    /// Maximum number of MRs.
+    pub(crate) max_mr: u32,
+    /// Outstanding RDMA reads and atomics per QP as responder.
+    pub(crate) max_qp_rd_atom: u32,
+    /// Outstanding RDMA reads and atomics per QP as requester.
+    pub(crate) max_qp_init_rd_atom: u32,
+    /// Outstanding RDMA reads and atomics per device as responder.
+    pub(crate) max_res_rd_atom: u32,
+    /// Maximum number of SRQs.
+    pub(crate) max_srq: u32,
+    /// Maximum SRQ depth.
+    pub(crate) max_srq_wr: u32,
+    /// Scatter/gather entries per SRQ WR.
+    pub(crate) max_srq_sge: u32,
+    /// Maximum number of address handles.
+    pub(crate) max_ah: u32,
+    /// Whether atomics are atomic with respect to this device (`IB_ATOMIC_HCA`).
+    pub(crate) atomic_hca: bool,
 }
 
 /// Port attributes a driver reports from `query_port`.
@@ -68,6 +103,16 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     type UContext: Send + Sync;
     /// Protection domain data (`struct ib_pd`).
     type Pd: Send + Sync;
+    /// Completion queue data (`struct ib_cq`).
+    type Cq: Send + Sync;
+    /// Queue pair data (`struct ib_qp`).
+    type Qp: Send + Sync;
+    /// Shared receive queue data (`struct ib_srq`).
+    type Srq: Send + Sync;
+    /// Address handle data (`struct ib_ah`).
+    type Ah: Send + Sync;
+    /// Memory region data (`struct ib_mr`).
+    type Mr: Send + Sync;
 
     /// Reports device attributes.
     fn query_device(dev: &Device<Self>) -> DeviceAttr;
@@ -80,6 +125,103 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// Creates the data of a new protection domain.
     fn alloc_pd(dev: &Device<Self>, ctx: Option<&UContext<Self>>) -> Result<Self::Pd>;
+
+    /// Creates a user CQ of at least `cqe` entries; returns its data and the actual depth.
+    fn create_cq(
+        dev: &Device<Self>,
+        ctx: &UContext<Self>,
+        cqe: u32,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self::Cq, u32)>;
+
+    /// Resizes a user CQ to at least `cqe` entries; returns the actual depth.
+    fn resize_cq(
+        cq: &Self::Cq,
+        ctx: &UContext<Self>,
+        cqe: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result<u32>;
+
+    /// Arms a CQ; returns whether completions may have been missed (when asked to report).
+    fn req_notify_cq(cq: &Self::Cq, arm: Notify, report_missed: bool) -> Result<bool>;
+
+    /// Prepares a CQ for destruction; an error keeps it alive.
+    fn destroy_cq(cq: &Self::Cq) -> Result;
+
+    /// Registers user memory; returns the MR data and its key (lkey = rkey).
+    fn reg_user_mr(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+    ) -> Result<(Self::Mr, u32)>;
+
+    /// Prepares an MR for deregistration; an error keeps it registered.
+    fn dereg_mr(mr: &Self::Mr) -> Result;
+
+    /// Creates an address handle.
+    fn create_ah(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        route: &Route,
+        udata: Option<&mut Udata<'_>>,
+    ) -> Result<Self::Ah>;
+
+    /// Prepares an address handle for destruction.
+    fn destroy_ah(ah: &Self::Ah);
+
+    /// Creates a user SRQ; `attr` is updated to what was allocated.
+    fn create_srq(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        ctx: &UContext<Self>,
+        attr: &mut SrqAttr,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<Self::Srq>;
+
+    /// Resizes or arms an SRQ.
+    fn modify_srq(
+        srq: &Self::Srq,
+        ctx: &UContext<Self>,
+        attr: &SrqAttr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result;
+
+    /// Reports SRQ attributes.
+    fn query_srq(srq: &Self::Srq) -> SrqAttr;
+
+    /// Prepares an SRQ for destruction.
+    fn destroy_srq(srq: &Self::Srq) -> Result;
+
+    /// Creates a user QP; `init.cap` is updated to what was allocated. Returns the data and
+    /// the QP number.
+    fn create_qp(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        ctx: &UContext<Self>,
+        init: &mut QpInit,
+        cqs: (&Self::Cq, &Self::Cq),
+        srq: Option<&Self::Srq>,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self::Qp, u32)>;
+
+    /// Modifies a QP.
+    fn modify_qp(dev: &Device<Self>, qp: &Self::Qp, attr: &QpAttr, mask: u32) -> Result;
+
+    /// Reports a QP's attributes.
+    fn query_qp(qp: &Self::Qp) -> (QpAttr, QpInit);
+
+    /// Prepares a QP for destruction: no completion or event follows it.
+    fn destroy_qp(qp: &Self::Qp) -> Result;
+
+    /// The send doorbell of a user QP (`POST_SEND` with no WRs).
+    fn post_send(qp: &Self::Qp) -> Result;
 }
 
 /// An IB device whose driver data is a `T`.
@@ -95,6 +237,8 @@ pub(crate) struct Device<T: Driver> {
     ib: Opaque<bindings::ib_device>,
     #[pin]
     data: T,
+    /// Index in the list of rodp devices (for GID lookups), set before registration.
+    list_id: u32,
 }
 
 // SAFETY: The C part is protected by ib_core's own locking; `T` is `Send + Sync`.
@@ -142,6 +286,17 @@ impl<T: Driver> Device<T> {
             unsafe { bindings::ib_dealloc_device(ib) };
             return Err(e);
         }
+        // SAFETY: `this` is exclusively ours; `data` is initialised, so the device may be listed
+        // (it is delisted in `dealloc_driver_cb`, which every path below reaches).
+        let ret = unsafe { bindings::devs_add(ib, addr_of_mut!((*this).list_id)) };
+        if ret != 0 {
+            // SAFETY: `data` is initialised and no ops are installed: drop it, then free.
+            unsafe {
+                core::ptr::drop_in_place(addr_of_mut!((*this).data));
+                bindings::ib_dealloc_device(ib);
+            }
+            return Err(Error::from_errno(ret));
+        }
         let mut ops = Self::OPS;
         ops.owner = new.owner.as_ptr();
         // SAFETY: `ib` is a valid, unregistered device that we own; `data` is initialised, so the
@@ -157,6 +312,11 @@ impl<T: Driver> Device<T> {
             for (d, s) in (*ib).node_desc.iter_mut().zip(&desc[..n]) {
                 *d = *s as _;
             }
+            // Legacy write commands ib_core leaves off by default: the rxe provider rings its
+            // send doorbell with POST_SEND and arms CQs with REQ_NOTIFY_CQ.
+            (*ib).uverbs_cmd_mask |= 1
+                << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND
+                | 1 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ;
             bindings::mark_name_assigned_by_user(ib);
             bindings::ib_set_device_ops(ib, &ops);
         }
@@ -217,8 +377,30 @@ impl<T: Driver> Device<T> {
         mmap: Some(mmap::mmap_cb),
         mmap_free: Some(mmap::mmap_free_cb),
         dealloc_driver: Some(Self::dealloc_driver_cb),
+        create_cq: Some(Self::create_cq_cb),
+        resize_user_cq: Some(Self::resize_cq_cb),
+        req_notify_cq: Some(Self::req_notify_cq_cb),
+        destroy_cq: Some(Self::destroy_cq_cb),
+        reg_user_mr: Some(Self::reg_user_mr_cb),
+        dereg_mr: Some(Self::dereg_mr_cb),
+        create_ah: Some(Self::create_ah_cb),
+        create_user_ah: Some(Self::create_ah_cb),
+        destroy_ah: Some(Self::destroy_ah_cb),
+        create_srq: Some(Self::create_srq_cb),
+        modify_srq: Some(Self::modify_srq_cb),
+        query_srq: Some(Self::query_srq_cb),
+        destroy_srq: Some(Self::destroy_srq_cb),
+        create_qp: Some(Self::create_qp_cb),
+        modify_qp: Some(Self::modify_qp_cb),
+        query_qp: Some(Self::query_qp_cb),
+        destroy_qp: Some(Self::destroy_qp_cb),
+        post_send: Some(Self::post_send_cb),
         size_ib_ucontext: size_of::<UContext<T>>(),
         size_ib_pd: size_of::<Pd<T>>(),
+        size_ib_cq: size_of::<Cq<T>>(),
+        size_ib_qp: size_of::<Qp<T>>(),
+        size_ib_srq: size_of::<Srq<T>>(),
+        size_ib_ah: size_of::<Ah<T>>(),
         // SAFETY: All-zero is a valid `ib_device_ops` (NULL ops, zero sizes); `pin_init::zeroed`
         // cannot be used because of its bitfields.
         ..unsafe { core::mem::zeroed() }
@@ -253,6 +435,27 @@ impl<T: Driver> Device<T> {
                 bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64
             } else {
                 0
+            };
+            (*attr).device_cap_flags = a.device_cap_flags;
+            (*attr).max_qp = a.max_qp as _;
+            (*attr).max_qp_wr = a.max_qp_wr as _;
+            (*attr).max_send_sge = a.max_sge as _;
+            (*attr).max_recv_sge = a.max_sge as _;
+            (*attr).max_sge_rd = a.max_sge_rd as _;
+            (*attr).max_cq = a.max_cq as _;
+            (*attr).max_cqe = a.max_cqe as _;
+            (*attr).max_mr = a.max_mr as _;
+            (*attr).max_qp_rd_atom = a.max_qp_rd_atom as _;
+            (*attr).max_qp_init_rd_atom = a.max_qp_init_rd_atom as _;
+            (*attr).max_res_rd_atom = a.max_res_rd_atom as _;
+            (*attr).max_srq = a.max_srq as _;
+            (*attr).max_srq_wr = a.max_srq_wr as _;
+            (*attr).max_srq_sge = a.max_srq_sge as _;
+            (*attr).max_ah = a.max_ah as _;
+            (*attr).atomic_cap = if a.atomic_hca {
+                bindings::ib_atomic_cap_IB_ATOMIC_HCA
+            } else {
+                bindings::ib_atomic_cap_IB_ATOMIC_NONE
             };
         }
         0
@@ -429,9 +632,12 @@ impl<T: Driver> Device<T> {
     /// Called once by ib_core (from `ib_dealloc_device`) after the last op; `ib` is ours.
     unsafe extern "C" fn dealloc_driver_cb(ib: *mut bindings::ib_device) {
         let this = ib.cast::<Self>();
-        // SAFETY: `data` was initialised before the ops were installed (type invariant) and
-        // nothing uses it after this call.
-        unsafe { core::ptr::drop_in_place(addr_of_mut!((*this).data)) };
+        // SAFETY: `data` was initialised and the device listed before the ops were installed
+        // (type invariant); after delisting, nothing reaches the data any more.
+        unsafe {
+            bindings::devs_del((*this).list_id);
+            core::ptr::drop_in_place(addr_of_mut!((*this).data));
+        }
     }
 }
 

@@ -41,6 +41,7 @@ impl Drop for Entry {
 /// (existing mappings stay valid until unmapped).
 pub(crate) struct Handle {
     entry: NonNull<Entry>,
+    size: usize,
 }
 
 // SAFETY: Removal may happen from any thread.
@@ -48,10 +49,6 @@ unsafe impl Send for Handle {}
 // SAFETY: The handle only exposes the buffer pointer and offset.
 unsafe impl Sync for Handle {}
 
-#[expect(
-    dead_code,
-    reason = "the shared rings of the data path are the first users"
-)]
 impl Handle {
     /// Allocates a zeroed buffer of `size` bytes and makes it mappable on `ctx`.
     ///
@@ -92,6 +89,7 @@ impl Handle {
         // SAFETY: `entry` is non-null (it came from a box).
         Ok(Self {
             entry: unsafe { NonNull::new_unchecked(entry) },
+            size,
         })
     }
 
@@ -106,10 +104,67 @@ impl Handle {
         }
     }
 
-    /// The kernel address of the shared buffer.
-    pub(crate) fn buf(&self) -> NonNull<u8> {
+    fn buf(&self) -> NonNull<u8> {
         // SAFETY: The entry is live while the handle exists.
         unsafe { (*self.entry.as_ptr()).buf }
+    }
+
+    /// Size of the buffer in bytes (what user space maps).
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result {
+        match off.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// Reads the 32-bit word at `off` with acquire ordering (a ring index).
+    pub(crate) fn load_acquire(&self, off: usize) -> Result<u32> {
+        self.check(off, 4)?;
+        if off % 4 != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: In bounds and aligned (checked); the buffer lives as long as `self`.
+        Ok(unsafe { bindings::load_acquire_u32(self.buf().as_ptr().add(off).cast()) })
+    }
+
+    /// Writes the 32-bit word at `off` with release ordering (a ring index).
+    pub(crate) fn store_release(&self, off: usize, v: u32) -> Result {
+        self.check(off, 4)?;
+        if off % 4 != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: In bounds and aligned (checked); the buffer lives as long as `self`.
+        unsafe { bindings::store_release_u32(self.buf().as_ptr().add(off).cast(), v) };
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes at `off` out of the buffer.
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
+        self.check(off, out.len())?;
+        // SAFETY: In bounds (checked). User space may write concurrently: the bytes are plain
+        // data that callers parse without trusting them.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                self.buf().as_ptr().add(off),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies `data` into the buffer at `off`.
+    pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
+        self.check(off, data.len())?;
+        // SAFETY: In bounds (checked); see `read`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(data.as_ptr(), self.buf().as_ptr().add(off), data.len())
+        };
+        Ok(())
     }
 }
 

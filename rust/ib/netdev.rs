@@ -106,6 +106,18 @@ impl Drop for NetDevRef {
     }
 }
 
+/// `IB_MTU_256`, the smallest IB MTU.
+pub(crate) const IB_MTU_256: u32 = bindings::ib_mtu_IB_MTU_256;
+/// `IB_MTU_1024`.
+pub(crate) const IB_MTU_1024: u32 = bindings::ib_mtu_IB_MTU_1024;
+/// `IB_MTU_4096`, the largest IB MTU.
+pub(crate) const IB_MTU_4096: u32 = bindings::ib_mtu_IB_MTU_4096;
+
+/// Bytes in an IB MTU enum value (256 << (mtu - 1)).
+pub(crate) fn ib_mtu_bytes(mtu: u32) -> u32 {
+    256 << (mtu.clamp(IB_MTU_256, IB_MTU_4096) - 1)
+}
+
 /// The IB MTU enum value (`IB_MTU_*`) for an Ethernet MTU, after RoCE headers
 /// (`iboe_get_mtu`), and never below `IB_MTU_256`, the smallest IB MTU.
 pub(crate) fn ib_mtu_for(eth_mtu: u32) -> u32 {

@@ -6,10 +6,10 @@
 //! driver's create op; the driver writes its data after the C struct. The destroy op drops the
 //! data; ib_core frees the memory.
 
-use super::device::Driver;
+use super::{device::Driver, event::Events};
 use crate::bindings;
 use core::{marker::PhantomData, mem::offset_of, ptr::addr_of_mut};
-use kernel::types::Opaque;
+use kernel::{prelude::*, sync::Arc, types::Opaque};
 
 /// A C verbs object `C` followed by driver data `D`.
 ///
@@ -62,6 +62,72 @@ impl<C, D, T> Object<C, D, T> {
     /// The C object.
     pub(crate) fn as_raw(&self) -> *mut C {
         self.ib.get()
+    }
+
+    /// The driver data.
+    pub(crate) fn data(&self) -> &D {
+        &self.data
+    }
+}
+
+/// Driver data of an object that reports completions or events, with its sink.
+pub(crate) struct WithEvents<D> {
+    /// Revoked by the destroy op before the data is dropped.
+    pub(crate) events: Arc<Events>,
+    /// The driver's data.
+    pub(crate) data: D,
+}
+
+/// A completion queue (`struct ib_cq`) of driver `T`.
+pub(crate) type Cq<T> = Object<bindings::ib_cq, WithEvents<<T as Driver>::Cq>, T>;
+
+/// A queue pair (`struct ib_qp`) of driver `T`.
+pub(crate) type Qp<T> = Object<bindings::ib_qp, WithEvents<<T as Driver>::Qp>, T>;
+
+/// A shared receive queue (`struct ib_srq`) of driver `T`.
+pub(crate) type Srq<T> = Object<bindings::ib_srq, WithEvents<<T as Driver>::Srq>, T>;
+
+/// An address handle (`struct ib_ah`) of driver `T`.
+pub(crate) type Ah<T> = Object<bindings::ib_ah, <T as Driver>::Ah, T>;
+
+/// A memory region (`struct ib_mr`) of driver `T`; unlike the others the driver allocates it.
+pub(crate) type Mr<T> = Object<bindings::ib_mr, <T as Driver>::Mr, T>;
+
+/// An MR allocation owned by the driver until it is handed to ib_core.
+pub(crate) struct MrBox<T: Driver>(KBox<Mr<T>>);
+
+impl<T: Driver> MrBox<T> {
+    /// Allocates an MR with a zeroed `ib_mr` and `data`.
+    pub(crate) fn new(data: T::Mr) -> Result<Self> {
+        let () = Mr::<T>::IB_FIRST;
+        Ok(Self(KBox::new(
+            Object {
+                ib: Opaque::zeroed(),
+                data,
+                _driver: PhantomData,
+            },
+            GFP_KERNEL,
+        )?))
+    }
+
+    /// The C object.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_mr {
+        self.0.as_raw()
+    }
+
+    /// Hands the MR to ib_core; [`MrBox::from_raw`] takes it back.
+    pub(crate) fn into_raw(self) -> *mut bindings::ib_mr {
+        KBox::into_raw(self.0).cast()
+    }
+
+    /// Takes back an MR handed out by [`MrBox::into_raw`].
+    ///
+    /// # Safety
+    ///
+    /// `mr` came from `into_raw` and ib_core no longer uses it.
+    pub(crate) unsafe fn from_raw(mr: *mut bindings::ib_mr) -> Self {
+        // SAFETY: Per the safety requirements.
+        Self(unsafe { KBox::from_raw(mr.cast()) })
     }
 }
 

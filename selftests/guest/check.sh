@@ -5,7 +5,8 @@ make_netdevs
 res=/mnt/rodp/results
 modprobe rodp || echo "modprobe rodp failed"
 dmesg > "$res/kunit.dmesg"
-for t in /mnt/rodp/tests/*; do
+filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
+for t in /mnt/rodp/tests/$filter; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
 	echo "== $name"

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-# `make run`: create rodp0 on a veth and show it as rdma-core and iproute2 see it.
+# `make run`: create rodp0 on a veth and show it as rdma-core and iproute2 see it, then run an
+# RC ping-pong between two processes.
 set -e
 . /mnt/rodp/lib.sh
 make_netdevs
@@ -9,4 +10,6 @@ echo "== rdma link show"; rdma link show
 echo "== rdma dev"; rdma dev
 echo "== ibv_devices"; ibv_devices
 echo "== ibv_devinfo -v -d rodp0"; ibv_devinfo -v -d rodp0
+echo "== ibv_rc_pingpong, two processes on rodp0"
+pingpong ibv_rc_pingpong rodp0 rodp0 -n 1000
 rdma link delete rodp0

@@ -8,4 +8,33 @@ make_netdevs() {
 	ip addr add 10.0.0.2/24 dev veth1 2>/dev/null || true
 	ip link set veth0 up
 	ip link set veth1 up
+	local_arp
+}
+
+# Both ends of the veth live in this namespace: let ARP between them work (ib_core resolves a
+# destination MAC for every RoCE address vector, rodp0 <-> rodp1 included).
+local_arp() {
+	for c in all default veth0 veth1; do
+		sysctl -qw net.ipv4.conf.$c.accept_local=1 net.ipv4.conf.$c.rp_filter=0 2>/dev/null
+	done
+	true
+}
+
+# pingpong PROG SERVER_DEV CLIENT_DEV [ARGS...]: runs a libibverbs example's server on one
+# device and its client on another (or the same) on this host, over GID index 1 (the IPv4
+# address of the server's netdev); prints both outputs and fails if either fails.
+pingpong() {
+	prog=$1 sdev=$2 cdev=$3
+	shift 3
+	out=$(mktemp)
+	timeout 120 "$prog" -d "$sdev" -g 1 "$@" > "$out.s" 2>&1 &
+	spid=$!
+	sleep 1
+	crc=0 src=0
+	timeout 120 "$prog" -d "$cdev" -g 1 "$@" 127.0.0.1 > "$out.c" 2>&1 || crc=$?
+	wait $spid || src=$?
+	echo "-- server ($sdev):"; cat "$out.s"
+	echo "-- client ($cdev):"; cat "$out.c"
+	rm -f "$out.s" "$out.c" "$out"
+	[ $src -eq 0 ] && [ $crc -eq 0 ]
 }

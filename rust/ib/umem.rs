@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! User memory the device accesses (`include/rdma/ib_umem.h`): pinned registrations and the
+//! byte-level copies and atomics the engine performs on them.
+//!
+//! The engine never sees a page pointer: it names memory as a [`PageList`] and a byte offset.
+
+use super::device::{Device, Driver};
+use crate::bindings;
+use core::ptr::NonNull;
+use kernel::{
+    alloc::KVVec,
+    page::{PAGE_MASK, PAGE_SIZE},
+    prelude::*,
+};
+
+/// Pages backing a byte range, in order.
+///
+/// # Invariants
+///
+/// Every page stays allocated (pinned by the owner of the list) while the list exists; `offset`
+/// is below `PAGE_SIZE`, and `offset + len` fits in the pages.
+pub(crate) struct PageList {
+    pages: KVVec<NonNull<bindings::page>>,
+    offset: usize,
+    len: usize,
+}
+
+// SAFETY: Page pointers are plain references to pinned memory usable from any thread.
+unsafe impl Send for PageList {}
+// SAFETY: As above; all access goes through kmap and copies.
+unsafe impl Sync for PageList {}
+
+/// A 64-bit atomic operation on device-visible memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AtomicOp {
+    /// Compare and swap: `(compare, swap)`.
+    CmpSwap(u64, u64),
+    /// Fetch and add.
+    FetchAdd(u64),
+}
+
+/// A page mapped into the kernel for the duration of a borrow.
+struct Mapped(NonNull<u8>);
+
+impl Mapped {
+    fn new(page: NonNull<bindings::page>) -> Self {
+        // SAFETY: The page is pinned (invariant of the list it came from); `kmap_local_page`
+        // never fails.
+        let p = unsafe { bindings::kmap_local_page(page.as_ptr()) }.cast::<u8>();
+        // SAFETY: A mapping is never NULL.
+        Self(unsafe { NonNull::new_unchecked(p) })
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: Unmaps what `new` mapped, in reverse order of mapping (callers nest them).
+        unsafe { bindings::kunmap_local(self.0.as_ptr().cast()) };
+    }
+}
+
+impl PageList {
+    /// The page holding byte `off` and the offset in it; `off < len` is checked by callers.
+    fn locate(&self, off: usize) -> (NonNull<bindings::page>, usize) {
+        let abs = self.offset + off;
+        (self.pages[abs / PAGE_SIZE], abs % PAGE_SIZE)
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(EFAULT),
+        }
+    }
+
+    /// Copies `data` to `off`.
+    pub(crate) fn write(&self, mut off: usize, data: &[u8]) -> Result {
+        self.check(off, data.len())?;
+        let mut done = 0;
+        while done < data.len() {
+            let (page, po) = self.locate(off);
+            let n = (PAGE_SIZE - po).min(data.len() - done);
+            let m = Mapped::new(page);
+            // SAFETY: As in `read`, with the roles swapped.
+            unsafe {
+                core::ptr::copy_nonoverlapping(data.as_ptr().add(done), m.0.as_ptr().add(po), n)
+            };
+            done += n;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `self` at `off`, page to page.
+    pub(crate) fn copy_from(
+        &self,
+        mut off: usize,
+        src: &PageList,
+        mut src_off: usize,
+        len: usize,
+    ) -> Result {
+        self.check(off, len)?;
+        src.check(src_off, len)?;
+        let mut left = len;
+        while left > 0 {
+            let (dp, dpo) = self.locate(off);
+            let (sp, spo) = src.locate(src_off);
+            let n = (PAGE_SIZE - dpo).min(PAGE_SIZE - spo).min(left);
+            let d = Mapped::new(dp);
+            let s = Mapped::new(sp);
+            // SAFETY: Both mappings cover their page and `n` stays inside both. Source and
+            // destination may be the same page (a loopback copy onto itself): `copy` allows
+            // overlap.
+            unsafe { core::ptr::copy(s.0.as_ptr().add(spo), d.0.as_ptr().add(dpo), n) };
+            drop(s);
+            drop(d);
+            left -= n;
+            off += n;
+            src_off += n;
+        }
+        Ok(())
+    }
+
+    /// Performs `op` on the naturally aligned 64-bit word at `off`; returns its old value.
+    pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
+        self.check(off, 8)?;
+        let (page, po) = self.locate(off);
+        if po % 8 != 0 {
+            return Err(EINVAL);
+        }
+        let m = Mapped::new(page);
+        // SAFETY: `po` is 8-byte aligned and `po + 8 <= PAGE_SIZE`, inside the mapping.
+        let p = unsafe { m.0.as_ptr().add(po) }.cast::<u64>();
+        // SAFETY: `p` is a valid, aligned word for the duration of the mapping.
+        Ok(unsafe {
+            match op {
+                AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
+                AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
+            }
+        })
+    }
+}
+
+/// A pinned user memory registration (`struct ib_umem`) and its pages.
+///
+/// # Invariants
+///
+/// `raw` is a umem from `ib_umem_get_va`, released on drop; `pages` lists its pinned pages.
+pub(crate) struct Umem {
+    raw: NonNull<bindings::ib_umem>,
+    pages: PageList,
+}
+
+// SAFETY: A umem may be released from any thread.
+unsafe impl Send for Umem {}
+// SAFETY: Shared access only reads the page list.
+unsafe impl Sync for Umem {}
+
+impl Umem {
+    /// Pins `len` bytes of the calling process's memory at `addr` with `access` rights.
+    pub(crate) fn get<T: Driver>(
+        dev: &Device<T>,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Self> {
+        let len_us = usize::try_from(len).map_err(|_| EINVAL)?;
+        // SAFETY: FFI call on a live device from the registering process's context.
+        let raw = unsafe {
+            bindings::ib_umem_get_attr_or_va(
+                dev.as_raw(),
+                core::ptr::null(),
+                0,
+                addr,
+                len_us,
+                access as i32,
+            )
+        };
+        // SAFETY: `raw` is a pointer or an error pointer.
+        if unsafe { bindings::is_err(raw.cast()) } {
+            // SAFETY: As above.
+            return Err(Error::from_errno(
+                unsafe { bindings::ptr_err(raw.cast()) } as i32
+            ));
+        }
+        // SAFETY: Not an error pointer, so a valid umem.
+        let raw = unsafe { NonNull::new_unchecked(raw) };
+        let offset = (addr as usize) & !PAGE_MASK;
+        let npages = (offset + len_us).div_ceil(PAGE_SIZE);
+        let mut pages = KVVec::with_capacity(npages, GFP_KERNEL).inspect_err(|_| {
+            // SAFETY: Nothing else refers to the umem yet.
+            unsafe { bindings::ib_umem_release(raw.as_ptr()) }
+        })?;
+        let mut tmp =
+            KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL).inspect_err(|_| {
+                // SAFETY: As above.
+                unsafe { bindings::ib_umem_release(raw.as_ptr()) }
+            })?;
+        // SAFETY: `tmp` has room for `npages` pointers; the helper writes at most that many.
+        let n = unsafe {
+            let n = bindings::umem_pages(raw.as_ptr(), tmp.as_mut_ptr(), npages);
+            tmp.inc_len(n);
+            n
+        };
+        for p in tmp.iter().filter_map(|p| NonNull::new(*p)) {
+            // Capacity was reserved above, so this cannot fail.
+            let _ = pages.push(p, GFP_KERNEL);
+        }
+        if n != npages || pages.len() != npages {
+            // SAFETY: Nothing else refers to the umem.
+            unsafe { bindings::ib_umem_release(raw.as_ptr()) };
+            return Err(EFAULT);
+        }
+        // INVARIANT: The umem pins exactly the pages covering `[addr, addr + len)`.
+        Ok(Self {
+            raw,
+            pages: PageList {
+                pages,
+                offset,
+                len: len_us,
+            },
+        })
+    }
+
+    /// The pinned pages.
+    pub(crate) fn pages(&self) -> &PageList {
+        &self.pages
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: The umem came from `ib_umem_get_va` and is released once; the page list
+        // dies with `self`, so no page is used after the unpin.
+        unsafe { bindings::ib_umem_release(self.raw.as_ptr()) };
+    }
+}

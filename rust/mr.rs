@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions (rxe's `rxe_mr.c`): pinned user memory, keys, access checks.
+//!
+//! A key is `index << 8 | variant`: the index finds the MR in the device's table; the variant
+//! byte changes each time an index is reused, so a stale key does not reach a new MR.
+
+use crate::{
+    device::{Device, Pd, Tables},
+    ib::{umem::PageList, umem::Umem, verbs::access},
+    limit::Token,
+};
+use kernel::{
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+};
+
+/// Maximum number of MRs per device (key indices `1..=MAX_MR`).
+pub(crate) const MAX_MR: u32 = (1 << 24) - 1;
+
+/// Largest MR in bytes.
+pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
+
+/// Access flags rodp implements for pinned MRs.
+const SUPPORTED: u32 =
+    access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+
+/// Variant bytes for new keys.
+static VARIANT: Atomic<u32> = Atomic::new(0);
+
+/// Why an access through a key failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Unknown or stale key, or another PD's MR.
+    Key,
+    /// The MR lacks the right.
+    Access,
+    /// Outside the MR.
+    Range,
+}
+
+/// An MR as the engine sees it.
+pub(crate) struct MrShared {
+    /// lkey = rkey.
+    pub(crate) key: u32,
+    pd: u64,
+    access: u32,
+    iova: u64,
+    length: u64,
+    umem: Umem,
+}
+
+/// The driver data of an MR.
+pub(crate) struct Mr {
+    key: u32,
+    tables: Arc<Tables>,
+    _token: Token,
+}
+
+impl Mr {
+    /// Pins `length` bytes at `start`, reachable at `iova` with `acc` rights.
+    pub(crate) fn register(
+        dev: &Device,
+        pd: &Pd,
+        start: u64,
+        length: u64,
+        iova: u64,
+        acc: u32,
+    ) -> Result<(Self, u32)> {
+        let acc = acc & !access::OPTIONAL;
+        if acc & !SUPPORTED != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        if length > MAX_MR_SIZE || iova.checked_add(length).is_none() {
+            return Err(EINVAL);
+        }
+        let token = dev.mrs.take()?;
+        let umem = Umem::get(dev, start, length, acc)?;
+        let pd_id = pd.data().id;
+        let variant = VARIANT.fetch_add(1, Relaxed) & 0xff;
+        let shared = dev.tables.mrs.insert(|index| {
+            Ok(Arc::new(
+                MrShared {
+                    key: index << 8 | variant,
+                    pd: pd_id,
+                    access: acc,
+                    iova,
+                    length,
+                    umem,
+                },
+                GFP_KERNEL,
+            )?)
+        })?;
+        let key = shared.key;
+        Ok((
+            Self {
+                key,
+                tables: dev.tables.clone(),
+                _token: token,
+            },
+            key,
+        ))
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // Later accesses through the key fail; a transfer already under way finishes on its
+        // own reference to the pages.
+        self.tables.mrs.remove(self.key >> 8);
+    }
+}
+
+impl MrShared {
+    /// Checks an access of `len` bytes at `addr` with rights `need` from a QP in PD `pd`;
+    /// returns the offset into the MR.
+    pub(crate) fn check(&self, pd: u64, addr: u64, len: u64, need: u32) -> Result<usize, Fault> {
+        if self.pd != pd {
+            return Err(Fault::Key);
+        }
+        if self.access & need != need {
+            return Err(Fault::Access);
+        }
+        let off = addr.checked_sub(self.iova).ok_or(Fault::Range)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.length => Ok(off as usize),
+            _ => Err(Fault::Range),
+        }
+    }
+
+    /// The memory behind the MR.
+    pub(crate) fn pages(&self) -> &PageList {
+        self.umem.pages()
+    }
+}
+
+impl Tables {
+    /// The MR for `key`, if the key is current.
+    pub(crate) fn mr(&self, key: u32) -> Option<Arc<MrShared>> {
+        self.mrs.get(key >> 8).filter(|m| m.key == key)
+    }
+}

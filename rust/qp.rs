@@ -1,0 +1,581 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs (rxe's `rxe_qp.c`): creation with the shared send and receive rings, the IBA
+//! state machine, attributes, flushing, and the send doorbell that wakes the engine.
+
+use crate::{
+    cq::CqShared,
+    device::{Device, Pd, Tables, UContext},
+    ib::{
+        abi::{self, RecvWqe, Sge, Wc},
+        event::Events,
+        udata::Udata,
+        verbs::{self, qp_mask, wc_status, Event, QpAttr, QpCap, QpInit, QpState, QpType, Route},
+        wq,
+    },
+    limit::Token,
+    queue::Queue,
+    srq::{recv_wqe_size, SrqShared},
+};
+use kernel::{
+    impl_has_work, new_mutex, new_work,
+    prelude::*,
+    sync::{
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
+        Arc, Mutex,
+    },
+    workqueue::{Work, WorkItem},
+};
+
+/// Maximum number of QPs per device.
+pub(crate) const MAX_QP: u32 = 1 << 16;
+/// Largest send or receive queue.
+pub(crate) const MAX_QP_WR: u32 = 1 << 14;
+/// Scatter/gather entries per WR.
+pub(crate) const MAX_SGE: u32 = 32;
+/// Inline data bytes per send WR.
+pub(crate) const MAX_INLINE: u32 = 512;
+/// Outstanding RDMA reads and atomics per QP (as rxe).
+pub(crate) const MAX_RD_ATOMIC: u32 = 128;
+/// First QP number handed out (0 and 1 are the special QPs; rxe starts at 16).
+pub(crate) const MIN_QPN: u32 = 16;
+/// Last QP number (24 bits).
+pub(crate) const MAX_QPN: u32 = (1 << 24) - 1;
+
+/// A receive WQE taken from a ring: its id and scatter list.
+pub(crate) struct RecvSlot {
+    /// Consumer's id.
+    pub(crate) wr_id: u64,
+    /// Where the data goes.
+    pub(crate) sges: KVec<Sge>,
+    buf: KVec<u8>,
+}
+
+impl RecvSlot {
+    /// Room for WQEs of up to `max_sge` entries.
+    pub(crate) fn new(max_sge: u32) -> Result<Self> {
+        Ok(Self {
+            wr_id: 0,
+            sges: KVec::with_capacity(max_sge as usize, GFP_KERNEL)?,
+            buf: KVec::from_elem(0u8, recv_wqe_size(max_sge), GFP_KERNEL)?,
+        })
+    }
+
+    /// Loads slot `i` of `q`, a ring of WQEs of at most `max_sge` entries.
+    pub(crate) fn load(&mut self, q: &Queue, i: u32, max_sge: u32) -> Result {
+        let n = self.buf.len().min(q.elem_size());
+        q.read(i, &mut self.buf[..n])?;
+        let w = RecvWqe::parse(&self.buf);
+        if w.num_sge > max_sge || recv_wqe_size(w.num_sge) > n {
+            return Err(EINVAL);
+        }
+        self.wr_id = w.wr_id;
+        self.sges.clear();
+        for k in 0..w.num_sge as usize {
+            self.sges
+                .push(Sge::parse(&self.buf, abi::RECV_WQE_HEADER, k), GFP_KERNEL)?;
+        }
+        Ok(())
+    }
+}
+
+/// The send side: ring and the requester's progress.
+pub(crate) struct SendSide {
+    pub(crate) queue: Option<Queue>,
+    /// The kernel's consumer index.
+    pub(crate) cons: u32,
+    /// Scratch space for one WQE.
+    pub(crate) buf: KVec<u8>,
+    /// RNR retries left for the WQE at the head (reset per WQE).
+    pub(crate) rnr_left: Option<u8>,
+    /// Transport retries left for the WQE at the head (reset per WQE).
+    pub(crate) retry_left: Option<u8>,
+    /// The connected peer (RC) and the attribute generation it was resolved for.
+    pub(crate) peer: Option<(Arc<QpShared>, u64)>,
+    /// Whether the SQ-drained event was raised for the current SQD period.
+    pub(crate) drained: bool,
+}
+
+/// The receive side: ring (none with an SRQ) and the responder's scratch slot.
+pub(crate) struct RecvSide {
+    pub(crate) queue: Option<Queue>,
+    /// The kernel's consumer index.
+    pub(crate) cons: u32,
+    /// Whether the first message since RTR was seen (`IB_EVENT_COMM_EST`).
+    pub(crate) established: bool,
+}
+
+/// A QP as the engine sees it.
+#[pin_data]
+pub(crate) struct QpShared {
+    /// QP number.
+    pub(crate) qpn: u32,
+    /// Transport.
+    pub(crate) qp_type: QpType,
+    /// PD identity.
+    pub(crate) pd: u64,
+    /// Whether every send WR completes.
+    pub(crate) sig_all: bool,
+    /// Limits of the send ring.
+    pub(crate) max_send_sge: u32,
+    /// Inline bytes per send WR.
+    pub(crate) max_inline: u32,
+    /// Scatter/gather entries per receive WR.
+    pub(crate) max_recv_sge: u32,
+    /// Completions of sends.
+    pub(crate) scq: Arc<CqShared>,
+    /// Completions of receives.
+    pub(crate) rcq: Arc<CqShared>,
+    /// Shared receive queue, if attached.
+    pub(crate) srq: Option<Arc<SrqShared>>,
+    /// The owning device's keys, AHs and QPs.
+    pub(crate) tables: Arc<Tables>,
+    /// `QpState` as `u32`; changed under `attrs`, read anywhere.
+    state: Atomic<u32>,
+    /// Responder view of attributes, readable without the `attrs` lock.
+    pub(crate) access: Atomic<u32>,
+    /// Q_Key (UD).
+    pub(crate) qkey: Atomic<u32>,
+    /// RNR NAK timer code.
+    pub(crate) min_rnr_timer: Atomic<u32>,
+    /// Reads and atomics accepted as responder (0: none).
+    pub(crate) max_dest_rd_atomic: Atomic<u32>,
+    /// Changes whenever the attributes or state do, so the requester re-resolves its peer.
+    generation: Atomic<u64>,
+    /// Attributes set by `modify_qp`; the requester reads a copy.
+    #[pin]
+    pub(crate) attrs: Mutex<QpAttr>,
+    #[pin]
+    pub(crate) sq: Mutex<SendSide>,
+    #[pin]
+    pub(crate) rq: Mutex<RecvSide>,
+    #[pin]
+    work: Work<QpShared>,
+    pub(crate) events: Arc<Events>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for QpShared { self.work }
+}
+
+impl WorkItem for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        crate::engine::run_send_queue(&this);
+    }
+}
+
+/// The driver data of a QP.
+pub(crate) struct Qp {
+    pub(crate) shared: Arc<QpShared>,
+    init: QpInit,
+    _token: Token,
+}
+
+/// Size of a send WQE with room for `sge` entries or `inline` bytes.
+pub(crate) fn send_wqe_size(sge: u32, inline: u32) -> usize {
+    abi::SEND_WQE_HEADER + (sge as usize * abi::SGE_SIZE).max(inline as usize)
+}
+
+fn check_cap(cap: &QpCap, has_srq: bool) -> Result {
+    if cap.max_send_wr > MAX_QP_WR || cap.max_send_sge > MAX_SGE || cap.max_inline_data > MAX_INLINE
+    {
+        return Err(EINVAL);
+    }
+    if !has_srq && (cap.max_recv_wr > MAX_QP_WR || cap.max_recv_sge > MAX_SGE) {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+impl Qp {
+    /// Creates an RC or UD QP with its rings.
+    #[expect(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dev: &Device,
+        pd: &Pd,
+        ctx: &UContext,
+        init: &mut QpInit,
+        cqs: (&Arc<CqShared>, &Arc<CqShared>),
+        srq: Option<&Arc<SrqShared>>,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self, u32)> {
+        match init.qp_type {
+            QpType::Rc | QpType::Ud => {}
+            _ => return Err(EOPNOTSUPP),
+        }
+        if init.create_flags != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        check_cap(&init.cap, init.has_srq)?;
+        if udata.outlen() < 2 * abi::MmInfo::SIZE {
+            return Err(EINVAL);
+        }
+        let token = dev.qps.take()?;
+        let cap = &mut init.cap;
+        let sq = Queue::new(
+            ctx,
+            cap.max_send_wr,
+            send_wqe_size(cap.max_send_sge, cap.max_inline_data),
+        )?;
+        cap.max_send_wr = sq.capacity();
+        let max_recv_sge = cap.max_recv_sge.max(1);
+        let rq = if init.has_srq {
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+            None
+        } else {
+            let q = Queue::new(ctx, cap.max_recv_wr, recv_wqe_size(max_recv_sge))?;
+            cap.max_recv_wr = q.capacity();
+            Some(q)
+        };
+        let rq_mi = rq.as_ref().map(Queue::mm_info).unwrap_or_default();
+        udata.write(&abi::create_qp_resp(rq_mi, sq.mm_info()))?;
+        let buf = KVec::from_elem(0u8, sq.elem_size(), GFP_KERNEL)?;
+        let i = *init;
+        let pd = pd.data().id;
+        let shared = dev.tables.qps.insert(|qpn| {
+            Arc::pin_init(
+                pin_init!(QpShared {
+                    qpn,
+                    qp_type: i.qp_type,
+                    pd,
+                    sig_all: i.sig_all,
+                    max_send_sge: i.cap.max_send_sge,
+                    max_inline: i.cap.max_inline_data,
+                    max_recv_sge,
+                    scq: cqs.0.clone(),
+                    rcq: cqs.1.clone(),
+                    srq: srq.cloned(),
+                    tables: dev.tables.clone(),
+                    state: Atomic::new(QpState::Reset as u32),
+                    access: Atomic::new(0),
+                    qkey: Atomic::new(0),
+                    min_rnr_timer: Atomic::new(0),
+                    max_dest_rd_atomic: Atomic::new(0),
+                    generation: Atomic::new(0),
+                    attrs <- new_mutex!(initial_attr(&i)),
+                    sq <- new_mutex!(SendSide {
+                        queue: Some(sq),
+                        cons: 0,
+                        buf,
+                        rnr_left: None,
+                        retry_left: None,
+                        peer: None,
+                        drained: false,
+                    }),
+                    rq <- new_mutex!(RecvSide { queue: rq, cons: 0, established: false }),
+                    work <- new_work!("QpShared::work"),
+                    events: events.clone(),
+                }),
+                GFP_KERNEL,
+            )
+        })?;
+        let qpn = shared.qpn;
+        Ok((
+            Self {
+                shared,
+                init: *init,
+                _token: token,
+            },
+            qpn,
+        ))
+    }
+
+    /// Applies `attr` under `mask`, following the IBA state machine.
+    pub(crate) fn modify(
+        &self,
+        dev_check: impl Fn(&Route) -> Result,
+        attr: &QpAttr,
+        mask: u32,
+    ) -> Result {
+        let s = &self.shared;
+        let mut a = s.attrs.lock();
+        let cur = if mask & qp_mask::CUR_STATE != 0 {
+            QpState::from_raw(attr.cur_qp_state).ok_or(EINVAL)?
+        } else {
+            s.state()
+        };
+        let next = if mask & qp_mask::STATE != 0 {
+            QpState::from_raw(attr.qp_state).ok_or(EINVAL)?
+        } else {
+            cur
+        };
+        if !verbs::modify_qp_is_ok(cur, next, s.qp_type, mask) {
+            return Err(EINVAL);
+        }
+        if mask & qp_mask::PORT != 0 && attr.port_num != 1 {
+            return Err(EINVAL);
+        }
+        if mask & qp_mask::PKEY_INDEX != 0 && attr.pkey_index != 0 {
+            return Err(EINVAL);
+        }
+        if mask & qp_mask::MAX_QP_RD_ATOMIC != 0 && u32::from(attr.max_rd_atomic) > MAX_RD_ATOMIC {
+            return Err(EINVAL);
+        }
+        if mask & qp_mask::MAX_DEST_RD_ATOMIC != 0
+            && u32::from(attr.max_dest_rd_atomic) > MAX_RD_ATOMIC
+        {
+            return Err(EINVAL);
+        }
+        if (mask & qp_mask::RETRY_CNT != 0 && attr.retry_cnt > 7)
+            || (mask & qp_mask::RNR_RETRY != 0 && attr.rnr_retry > 7)
+            || (mask & qp_mask::MIN_RNR_TIMER != 0 && attr.min_rnr_timer > 31)
+            || (mask & qp_mask::TIMEOUT != 0 && attr.timeout > 31)
+        {
+            return Err(EINVAL);
+        }
+        if mask & qp_mask::PATH_MTU != 0
+            && !(crate::ib::netdev::IB_MTU_256..=crate::ib::netdev::IB_MTU_4096)
+                .contains(&attr.path_mtu)
+        {
+            return Err(EINVAL);
+        }
+        if mask & qp_mask::AV != 0 {
+            dev_check(&attr.route)?;
+        }
+        if mask & qp_mask::CAP != 0 {
+            let c = &self.init.cap;
+            if attr.cap.max_send_wr > c.max_send_wr || attr.cap.max_recv_wr > c.max_recv_wr {
+                return Err(EINVAL);
+            }
+        }
+        let n = &mut *a;
+        macro_rules! take {
+            ($bit:ident, $($f:ident),+) => {
+                if mask & qp_mask::$bit != 0 { $(n.$f = attr.$f;)+ }
+            };
+        }
+        take!(ACCESS_FLAGS, qp_access_flags);
+        take!(PKEY_INDEX, pkey_index);
+        take!(PORT, port_num);
+        take!(QKEY, qkey);
+        take!(AV, route);
+        take!(PATH_MTU, path_mtu);
+        take!(TIMEOUT, timeout);
+        take!(RETRY_CNT, retry_cnt);
+        take!(RNR_RETRY, rnr_retry);
+        take!(RQ_PSN, rq_psn);
+        take!(SQ_PSN, sq_psn);
+        take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
+        take!(MIN_RNR_TIMER, min_rnr_timer);
+        take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        take!(DEST_QPN, dest_qp_num);
+        take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+        s.generation.fetch_add(1, Relaxed);
+        s.access.store(n.qp_access_flags, Release);
+        s.qkey.store(n.qkey, Release);
+        s.min_rnr_timer.store(n.min_rnr_timer.into(), Release);
+        s.max_dest_rd_atomic
+            .store(n.max_dest_rd_atomic.into(), Release);
+        if mask & qp_mask::STATE != 0 {
+            match next {
+                QpState::Reset => {
+                    *n = initial_attr(&self.init);
+                    s.reset();
+                }
+                QpState::Err => {
+                    s.set_state(next);
+                    drop(a);
+                    s.flush_recv();
+                    s.kick();
+                    return Ok(());
+                }
+                QpState::Sqd => s.sq.lock().drained = false,
+                _ => {}
+            }
+            if next == QpState::Rtr && cur != QpState::Rtr {
+                s.rq.lock().established = false;
+            }
+            s.set_state(next);
+            if matches!(next, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+                s.kick();
+            }
+        }
+        Ok(())
+    }
+
+    /// Current attributes and creation parameters.
+    pub(crate) fn query(&self) -> (QpAttr, QpInit) {
+        let mut attr = *self.shared.attrs.lock();
+        let st = self.shared.state();
+        attr.qp_state = st as u32;
+        attr.cur_qp_state = st as u32;
+        attr.cap = self.init.cap;
+        attr.sq_draining = false;
+        (attr, self.init)
+    }
+
+    /// Stops the QP: the engine no longer touches it, its rings go away, and its number is
+    /// freed.
+    pub(crate) fn destroy(&self) {
+        let s = &self.shared;
+        s.set_state(QpState::Err);
+        {
+            let mut sq = s.sq.lock();
+            sq.queue = None;
+            sq.peer = None;
+        }
+        s.rq.lock().queue = None;
+        s.tables.qps.remove(s.qpn);
+    }
+
+    /// The send doorbell.
+    pub(crate) fn doorbell(&self) {
+        let s = &self.shared;
+        if s.state() == QpState::Err {
+            // Receives posted after the QP failed are flushed too (user space has no other
+            // way to tell the kernel about them).
+            s.flush_recv();
+        }
+        s.kick();
+    }
+}
+
+fn initial_attr(i: &QpInit) -> QpAttr {
+    QpAttr {
+        qp_state: QpState::Reset as u32,
+        cur_qp_state: QpState::Reset as u32,
+        path_mtu: crate::ib::netdev::IB_MTU_1024,
+        qkey: 0,
+        rq_psn: 0,
+        sq_psn: 0,
+        dest_qp_num: 0,
+        qp_access_flags: 0,
+        cap: i.cap,
+        route: Route::default(),
+        pkey_index: 0,
+        en_sqd_async_notify: false,
+        sq_draining: false,
+        max_rd_atomic: 0,
+        max_dest_rd_atomic: 0,
+        min_rnr_timer: 0,
+        port_num: 1,
+        timeout: 0,
+        retry_cnt: 0,
+        rnr_retry: 0,
+    }
+}
+
+impl QpShared {
+    /// Current state.
+    pub(crate) fn state(&self) -> QpState {
+        QpState::from_raw(self.state.load(Acquire)).unwrap_or(QpState::Err)
+    }
+
+    fn set_state(&self, st: QpState) {
+        self.state.store(st as u32, Release);
+    }
+
+    /// Whether the responder accepts messages (RTR and later, until error).
+    pub(crate) fn can_receive(&self) -> bool {
+        matches!(
+            self.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    }
+
+    /// Schedules the requester.
+    pub(crate) fn kick(self: &Arc<Self>) {
+        let _ = wq::get().enqueue(self.clone());
+    }
+
+    /// The attribute generation (see the field).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Acquire)
+    }
+
+    /// Moves the QP to the error state after a failure, raising `ev` if given.
+    ///
+    /// Takes no attribute lock, so the engine may call it while holding ring locks.
+    pub(crate) fn fail(self: &Arc<Self>, ev: Option<Event>) {
+        if self.state.xchg(QpState::Err as u32, Full) == QpState::Err as u32 {
+            return;
+        }
+        self.generation.fetch_add(1, Relaxed);
+        if let Some(ev) = ev {
+            self.events.event(ev);
+        }
+        self.flush_recv();
+        self.kick();
+    }
+
+    /// Empties the rings and indices (modify to RESET).
+    fn reset(&self) {
+        let mut sq = self.sq.lock();
+        if let Some(q) = sq.queue.as_ref() {
+            q.set_producer(0);
+            q.set_consumer(0);
+        }
+        sq.cons = 0;
+        sq.peer = None;
+        sq.rnr_left = None;
+        sq.retry_left = None;
+        drop(sq);
+        let mut rq = self.rq.lock();
+        if let Some(q) = rq.queue.as_ref() {
+            q.set_producer(0);
+            q.set_consumer(0);
+        }
+        rq.cons = 0;
+    }
+
+    /// Completes every queued receive with `WR_FLUSH_ERR` (or, on an SRQ, reports the last
+    /// WQE as reached).
+    pub(crate) fn flush_recv(&self) {
+        if self.srq.is_some() {
+            self.events.event(Event::LastWqeReached);
+            return;
+        }
+        let mut rq = self.rq.lock();
+        let mut cons = rq.cons;
+        let Some(q) = rq.queue.as_ref() else {
+            return;
+        };
+        let prod = q.producer();
+        let mut slot = [0u8; abi::RECV_WQE_HEADER];
+        while cons != prod {
+            if q.read(cons, &mut slot).is_err() {
+                break;
+            }
+            let w = RecvWqe::parse(&slot);
+            self.rcq.post(
+                &Wc {
+                    wr_id: w.wr_id,
+                    status: wc_status::WR_FLUSH_ERR,
+                    qp_num: self.qpn,
+                    ..Default::default()
+                },
+                false,
+            );
+            cons = q.next(cons);
+            q.set_consumer(cons);
+        }
+        rq.cons = cons;
+    }
+
+    /// Takes the next receive WQE (own ring or SRQ) into `slot`; the caller holds `rq`.
+    pub(crate) fn pop_recv(&self, rq: &mut RecvSide, slot: &mut RecvSlot) -> bool {
+        if let Some(srq) = &self.srq {
+            return srq.pop(slot);
+        }
+        let cons = rq.cons;
+        let Some(q) = rq.queue.as_ref() else {
+            return false;
+        };
+        if q.producer() == cons || slot.load(q, cons, self.max_recv_sge).is_err() {
+            return false;
+        }
+        let next = q.next(cons);
+        q.set_consumer(next);
+        rq.cons = next;
+        true
+    }
+
+    /// Scatter/gather entries a receive WQE of this QP may carry.
+    pub(crate) fn recv_sge_limit(&self) -> u32 {
+        self.srq.as_ref().map_or(self.max_recv_sge, |s| s.max_sge)
+    }
+}

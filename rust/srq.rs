@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Shared receive queues (rxe's `rxe_srq.c`): a receive ring shared by QPs, resize and the
+//! limit event.
+
+use crate::{
+    device::{Device, Pd, UContext},
+    ib::{
+        abi,
+        event::Events,
+        udata::{self, Udata},
+        verbs::{srq_mask, Event, SrqAttr},
+    },
+    limit::Token,
+    qp::RecvSlot,
+    queue::Queue,
+};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+};
+
+/// Maximum number of SRQs per device.
+pub(crate) const MAX_SRQ: u32 = 1 << 16;
+/// Largest SRQ depth.
+pub(crate) const MAX_SRQ_WR: u32 = 1 << 14;
+/// Scatter/gather entries per SRQ WR.
+pub(crate) const MAX_SRQ_SGE: u32 = 32;
+
+struct State {
+    /// `None` once destroyed.
+    queue: Option<Queue>,
+    /// The kernel's consumer index.
+    cons: u32,
+    max_wr: u32,
+    limit: u32,
+}
+
+/// An SRQ as the engine sees it.
+#[pin_data]
+pub(crate) struct SrqShared {
+    /// The PD the SRQ was created in.
+    pub(crate) pd: u64,
+    /// Scatter/gather entries per WR.
+    pub(crate) max_sge: u32,
+    #[pin]
+    state: Mutex<State>,
+    events: Arc<Events>,
+}
+
+/// The driver data of an SRQ.
+pub(crate) struct Srq {
+    pub(crate) shared: Arc<SrqShared>,
+    _token: Token,
+}
+
+/// Size of a receive WQE with `sge` entries.
+pub(crate) fn recv_wqe_size(sge: u32) -> usize {
+    abi::RECV_WQE_HEADER + sge as usize * abi::SGE_SIZE
+}
+
+impl Srq {
+    /// Creates an SRQ and returns its ring to user space.
+    pub(crate) fn new(
+        dev: &Device,
+        pd: &Pd,
+        ctx: &UContext,
+        attr: &mut SrqAttr,
+        events: &Arc<Events>,
+        udata: &mut Udata<'_>,
+    ) -> Result<Self> {
+        if attr.max_wr == 0 || attr.max_wr > MAX_SRQ_WR || attr.max_sge > MAX_SRQ_SGE {
+            return Err(EINVAL);
+        }
+        if attr.srq_limit > attr.max_wr {
+            return Err(EINVAL);
+        }
+        let max_sge = attr.max_sge.max(1);
+        let token = dev.srqs.take()?;
+        let queue = Queue::new(ctx, attr.max_wr, recv_wqe_size(max_sge))?;
+        attr.max_wr = queue.capacity();
+        attr.max_sge = max_sge;
+        udata.write(&abi::create_srq_resp(queue.mm_info(), 0))?;
+        let shared = Arc::pin_init(
+            pin_init!(SrqShared {
+                pd: pd.data().id,
+                max_sge,
+                state <- new_mutex!(State {
+                    queue: Some(queue),
+                    cons: 0,
+                    max_wr: attr.max_wr,
+                    limit: attr.srq_limit,
+                }),
+                events: events.clone(),
+            }),
+            GFP_KERNEL,
+        )?;
+        Ok(Self {
+            shared,
+            _token: token,
+        })
+    }
+
+    /// Resizes (keeping queued WQEs) and/or arms the limit.
+    pub(crate) fn modify(
+        &self,
+        ctx: &UContext,
+        attr: &SrqAttr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result {
+        if mask & !(srq_mask::MAX_WR | srq_mask::LIMIT) != 0 {
+            return Err(EINVAL);
+        }
+        let mut s = self.shared.state.lock();
+        let old = s.queue.as_ref().ok_or(EINVAL)?;
+        let prod = old.producer();
+        let queued = old.count(prod, s.cons);
+        let max_wr = if mask & srq_mask::MAX_WR != 0 {
+            attr.max_wr
+        } else {
+            s.max_wr
+        };
+        let limit = if mask & srq_mask::LIMIT != 0 {
+            attr.srq_limit
+        } else {
+            s.limit
+        };
+        if mask & srq_mask::LIMIT != 0 && limit > max_wr {
+            return Err(EINVAL);
+        }
+        if mask & srq_mask::MAX_WR != 0 {
+            if max_wr == 0 || max_wr > MAX_SRQ_WR || max_wr < queued || max_wr < limit {
+                return Err(EINVAL);
+            }
+            let mut cmd = [0u8; abi::MODIFY_SRQ_CMD];
+            udata.read(&mut cmd)?;
+            let addr = abi::modify_srq_mmap_info_addr(&cmd);
+            let new = Queue::new(ctx, max_wr, recv_wqe_size(self.shared.max_sge))?;
+            let n = new.take_from(old, s.cons, prod)?;
+            udata::write_user(addr, &new.mm_info().to_bytes())?;
+            new.set_producer(n);
+            s.cons = 0;
+            s.max_wr = new.capacity();
+            s.queue = Some(new);
+        }
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// Current attributes.
+    pub(crate) fn query(&self) -> SrqAttr {
+        let s = self.shared.state.lock();
+        SrqAttr {
+            max_wr: s.max_wr,
+            max_sge: self.shared.max_sge,
+            srq_limit: s.limit,
+        }
+    }
+
+    /// Stops the SRQ.
+    pub(crate) fn destroy(&self) {
+        self.shared.state.lock().queue = None;
+    }
+}
+
+impl SrqShared {
+    /// Takes the next receive WQE, if any, raising the limit event when the queue falls below
+    /// the armed limit.
+    pub(crate) fn pop(&self, slot: &mut RecvSlot) -> bool {
+        let mut s = self.state.lock();
+        let cons = s.cons;
+        let Some(q) = s.queue.as_ref() else {
+            return false;
+        };
+        let prod = q.producer();
+        if prod == cons || slot.load(q, cons, self.max_sge).is_err() {
+            return false;
+        }
+        let next = q.next(cons);
+        q.set_consumer(next);
+        let left = q.count(prod, next);
+        s.cons = next;
+        if s.limit != 0 && left < s.limit {
+            s.limit = 0;
+            drop(s);
+            self.events.event(Event::SrqLimitReached);
+        }
+        true
+    }
+}

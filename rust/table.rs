@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Number-indexed tables of shared objects (rxe's `rxe_pool.c` indices): QPs by number, MRs by
+//! key index, AHs by number.
+
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+    xarray::{AllocKind, XArray},
+};
+
+/// A table handing out numbers in `[min, max]`, cyclically, so a freed number is reused as late
+/// as possible (stale handles fail instead of reaching a new object).
+#[pin_data]
+pub(crate) struct Table<T: Send + Sync + 'static> {
+    #[pin]
+    xa: XArray<Arc<T>>,
+    #[pin]
+    cursor: Mutex<u32>,
+    min: u32,
+    max: u32,
+}
+
+impl<T: Send + Sync + 'static> Table<T> {
+    /// An empty table for numbers `min..=max` (`min > 0`).
+    pub(crate) fn new(min: u32, max: u32) -> impl PinInit<Self> {
+        pin_init!(Self {
+            xa <- XArray::new(AllocKind::Alloc),
+            cursor <- new_mutex!(min),
+            min,
+            max,
+        })
+    }
+
+    /// Picks a free number, builds the object for it with `make` and stores it.
+    ///
+    /// Inserts are serialised by the cursor lock, so the number found free stays free while
+    /// `make` runs (removals only free numbers).
+    pub(crate) fn insert(&self, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<Arc<T>> {
+        let span = self.max - self.min + 1;
+        let mut cursor = self.cursor.lock();
+        let mut found = None;
+        for _ in 0..span.min(1 << 16) {
+            let id = *cursor;
+            *cursor = if id >= self.max { self.min } else { id + 1 };
+            if self.xa.lock().get(id as usize).is_none() {
+                found = Some(id);
+                break;
+            }
+        }
+        let id = found.ok_or(ENOMEM)?;
+        let obj = make(id)?;
+        self.xa
+            .lock()
+            .store(id as usize, obj.clone(), GFP_KERNEL)
+            .map_err(|e| e.error)?;
+        Ok(obj)
+    }
+
+    /// The object numbered `id`.
+    pub(crate) fn get(&self, id: u32) -> Option<Arc<T>> {
+        self.xa.lock().get(id as usize).map(Arc::from)
+    }
+
+    /// Removes the object numbered `id`.
+    pub(crate) fn remove(&self, id: u32) -> Option<Arc<T>> {
+        self.xa.lock().remove(id as usize)
+    }
+}

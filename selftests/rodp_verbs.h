@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Verbs helpers for rodp's data-path kselftests: devices, QPs brought to RTS, posting, polling. */
+#ifndef RODP_VERBS_H
+#define RODP_VERBS_H
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdint.h>
+#include <time.h>
+#include "rodp_test.h"
+
+#define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+struct dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	int gid_index;
+	union ibv_gid gid;
+};
+
+/* Opens name, allocates a PD and picks the GID of the netdev's IPv4 address (or index 0). */
+static inline int dev_open(struct dev *d, const char *name)
+{
+	memset(d, 0, sizeof(*d));
+	d->ctx = open_dev(name);
+	if (!d->ctx)
+		return -1;
+	d->pd = ibv_alloc_pd(d->ctx);
+	if (!d->pd)
+		return -1;
+	for (int i = 0; i < 8; i++) {
+		union ibv_gid g;
+
+		if (ibv_query_gid(d->ctx, 1, i, &g))
+			break;
+		/* ::ffff:a.b.c.d */
+		if (g.raw[10] == 0xff && g.raw[11] == 0xff && !g.global.subnet_prefix) {
+			d->gid_index = i;
+			d->gid = g;
+			return 0;
+		}
+	}
+	d->gid_index = 0;
+	return ibv_query_gid(d->ctx, 1, 0, &d->gid);
+}
+
+static inline void dev_close(struct dev *d)
+{
+	if (d->pd)
+		ibv_dealloc_pd(d->pd);
+	if (d->ctx)
+		ibv_close_device(d->ctx);
+}
+
+static inline struct ibv_qp *make_qp(struct dev *d, struct ibv_cq *scq, struct ibv_cq *rcq,
+				     enum ibv_qp_type type, struct ibv_srq *srq)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = scq, .recv_cq = rcq, .srq = srq, .qp_type = type,
+		.cap = { .max_send_wr = 64, .max_recv_wr = srq ? 0 : 64,
+			 .max_send_sge = 4, .max_recv_sge = 4, .max_inline_data = 64 },
+	};
+
+	return ibv_create_qp(d->pd, &a);
+}
+
+struct rc_opts {
+	int access;		/* qp_access_flags of the responder */
+	uint8_t rnr_retry, min_rnr_timer, timeout, retry_cnt, rd_atomic;
+};
+
+static const struct rc_opts rc_default = {
+	.access = ALL_ACCESS, .rnr_retry = 7, .min_rnr_timer = 1, .timeout = 14,
+	.retry_cnt = 7, .rd_atomic = 4,
+};
+
+/* RESET -> INIT -> RTR -> RTS, connected to dqpn at dgid. */
+static inline int rc_connect(struct ibv_qp *qp, struct dev *d, uint32_t dqpn,
+			     const union ibv_gid *dgid, const struct rc_opts *o)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = o->access };
+	int ret;
+
+	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS);
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dqpn;
+	a.max_dest_rd_atomic = o->rd_atomic;
+	a.min_rnr_timer = o->min_rnr_timer;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *dgid;
+	a.ah_attr.grh.sgid_index = d->gid_index;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+			    IBV_QP_MIN_RNR_TIMER);
+	if (ret)
+		return ret;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = o->timeout;
+	a.retry_cnt = o->retry_cnt;
+	a.rnr_retry = o->rnr_retry;
+	a.max_rd_atomic = o->rd_atomic;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* UD: RESET -> INIT -> RTR -> RTS with qkey. */
+static inline int ud_ready(struct ibv_qp *qp, uint32_t qkey)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = qkey };
+
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		return -1;
+	a.qp_state = IBV_QPS_RTR;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+		return -1;
+	a.qp_state = IBV_QPS_RTS;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+static inline int qp_to_err(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
+static inline enum ibv_qp_state qp_state(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr i;
+
+	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &i))
+		return -1;
+	return a.qp_state;
+}
+
+/* Posts one send WR with one SGE (len 0: no SGE). */
+static inline int post_send(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr, uint32_t len,
+			    uint32_t lkey, uint64_t raddr, uint32_t rkey, int flags, uint64_t wr_id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .sg_list = &sge, .num_sge = len ? 1 : 0, .opcode = op,
+		.send_flags = flags | IBV_SEND_SIGNALED,
+	}, *bad;
+
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static inline int post_atomic(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr, uint32_t lkey,
+			      uint64_t raddr, uint32_t rkey, uint64_t cmp_add, uint64_t swap)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = 8, .lkey = lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = op,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+
+	wr.wr.atomic.remote_addr = raddr;
+	wr.wr.atomic.rkey = rkey;
+	wr.wr.atomic.compare_add = cmp_add;
+	wr.wr.atomic.swap = swap;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static inline int post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey,
+			    uint64_t wr_id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return ibv_post_recv(qp, &wr, &bad);
+}
+
+static inline int post_srq_recv(struct ibv_srq *srq, void *addr, uint32_t len, uint32_t lkey,
+				uint64_t wr_id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return ibv_post_srq_recv(srq, &wr, &bad);
+}
+
+static inline long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Polls one completion within ms milliseconds: 1 if found, 0 on timeout, -1 on error. */
+static inline int poll1(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
+{
+	long end = now_ms() + ms;
+
+	do {
+		int n = ibv_poll_cq(cq, 1, wc);
+
+		if (n)
+			return n;
+		usleep(200);
+	} while (now_ms() < end);
+	return 0;
+}
+
+static inline void fill(void *buf, size_t len, unsigned int seed)
+{
+	unsigned char *p = buf;
+
+	for (size_t i = 0; i < len; i++)
+		p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 8));
+}
+
+#endif
