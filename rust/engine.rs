@@ -235,6 +235,10 @@ fn step(qp: &Arc<QpShared>) -> Step {
     };
     *rnr_left = None;
     *retry_left = None;
+    // Free the slot before the completion is visible: a consumer that sees the completion may
+    // post into the slot at once.
+    *cons = q.next(*cons);
+    q.set_consumer(*cons);
     let signaled = qp.sig_all || wqe.send_flags & send_flags::SIGNALED != 0;
     if signaled || status != wc_status::SUCCESS {
         qp.scq.post(
@@ -250,8 +254,6 @@ fn step(qp: &Arc<QpShared>) -> Step {
             false,
         );
     }
-    *cons = q.next(*cons);
-    q.set_consumer(*cons);
     if status != wc_status::SUCCESS {
         drop(sq);
         qp.fail(None);
@@ -278,6 +280,8 @@ fn flush_send(qp: &QpShared, q: &crate::queue::Queue, cons: &mut u32, buf: &mut 
             break;
         }
         let w = SendWqe::parse(buf);
+        *cons = q.next(*cons);
+        q.set_consumer(*cons);
         qp.scq.post(
             &Wc {
                 wr_id: w.wr_id,
@@ -288,8 +292,6 @@ fn flush_send(qp: &QpShared, q: &crate::queue::Queue, cons: &mut u32, buf: &mut 
             },
             false,
         );
-        *cons = q.next(*cons);
-        q.set_consumer(*cons);
     }
 }
 

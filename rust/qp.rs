@@ -541,6 +541,8 @@ impl QpShared {
                 break;
             }
             let w = RecvWqe::parse(&slot);
+            cons = q.next(cons);
+            q.set_consumer(cons);
             self.rcq.post(
                 &Wc {
                     wr_id: w.wr_id,
@@ -550,8 +552,6 @@ impl QpShared {
                 },
                 false,
             );
-            cons = q.next(cons);
-            q.set_consumer(cons);
         }
         rq.cons = cons;
     }

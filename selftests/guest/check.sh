@@ -14,6 +14,10 @@ for t in /mnt/rodp/tests/$filter; do
 	echo "$name exit $?" >> "$res/exits"
 	cat "$res/$name.tap"
 done
+# rdma-core's and perftest's programs (not filtered out by RODP_TESTS=rodp_*).
+case "$filter" in
+*tools*|'*') echo "== tools"; . /mnt/rodp/tools.sh ;;
+esac
 # Leave nothing behind, so that the log shows any splat teardown would cause.
 for d in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(l["ifname"].split("/")[0] for l in json.load(sys.stdin)))'); do
 	rdma link delete "$d" || true

@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: GPL-2.0
+# Unchanged rdma-core and perftest programs against rodp, as TAP: each case runs a server and a
+# client process and passes when both exit 0. Sourced by check.sh after lib.sh.
+
+tools_n=0
+tools_tap=$res/tools.tap
+: > "$tools_tap.body"
+
+# tool NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG -d SERVER_DEV ARGS & then
+# PROG -d CLIENT_DEV ARGS 127.0.0.1; both must succeed within 120 s.
+tool() {
+	name=$1 sdev=$2 cdev=$3 prog=$4
+	shift 4
+	tools_n=$((tools_n + 1))
+	log=$(mktemp)
+	timeout 120 "$prog" -d "$sdev" "$@" > "$log.s" 2>&1 &
+	spid=$!
+	sleep 1
+	crc=0 src=0
+	timeout 120 "$prog" -d "$cdev" "$@" 127.0.0.1 > "$log.c" 2>&1 || crc=$?
+	wait $spid || src=$?
+	if [ $src -eq 0 ] && [ $crc -eq 0 ]; then
+		echo "ok $tools_n $name" >> "$tools_tap.body"
+	else
+		echo "not ok $tools_n $name # server $src, client $crc" >> "$tools_tap.body"
+		sed 's/^/# server: /' "$log.s" >> "$tools_tap.body"
+		sed 's/^/# client: /' "$log.c" >> "$tools_tap.body"
+	fi
+	rm -f "$log" "$log.s" "$log.c"
+}
+
+rdma link add rodp0 type rodp netdev veth0
+rdma link add rodp1 type rodp netdev veth1
+for pair in "rodp0 rodp0" "rodp0 rodp1"; do
+	set -- $pair
+	s=$1 c=$2
+	tool "ibv_rc_pingpong $s-$c" $s $c ibv_rc_pingpong -g 1 -n 200
+	tool "ibv_ud_pingpong $s-$c" $s $c ibv_ud_pingpong -g 1 -n 200 -s 512
+	tool "ibv_srq_pingpong $s-$c" $s $c ibv_srq_pingpong -g 1 -n 200
+	tool "ibv_rc_pingpong inline $s-$c" $s $c ibv_rc_pingpong -g 1 -n 200 -s 64
+done
+for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat; do
+	case $t in
+	ib_atomic_bw) sizes=default ;;
+	*) sizes="default 4096 65536 1048576" ;;
+	esac
+	for sz in $sizes; do
+		if [ "$sz" = default ]; then szarg=; else szarg="-s $sz"; fi
+		tool "$t $sz rodp0-rodp1" rodp0 rodp1 $t -x 1 -n 50 $szarg
+	done
+done
+rdma link delete rodp0
+rdma link delete rodp1
+{
+	echo "TAP version 13"
+	echo "1..$tools_n"
+	cat "$tools_tap.body"
+} > "$tools_tap"
+rm -f "$tools_tap.body"
+cat "$tools_tap"
