@@ -10,6 +10,7 @@ use crate::{
         self,
         device::{BoundDevice, NewDevice},
         event::Events,
+        hw_stats::StatDesc,
         link::{self, Link},
         netdev::ib_mtu_for,
         udata::Udata,
@@ -21,6 +22,7 @@ use crate::{
     pd,
     qp::{self, QpShared},
     srq,
+    stats::{self, Stats},
     table::Table,
     ucontext,
 };
@@ -82,6 +84,8 @@ pub(crate) struct Tables {
     /// AHs by number.
     #[pin]
     pub(crate) ahs: Table<AhShared>,
+    /// The device's counters.
+    pub(crate) stats: Stats,
 }
 
 /// The driver data of one rodp device.
@@ -120,6 +124,7 @@ impl Rodp {
                 qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
                 mrs <- Table::new(1, mr::MAX_MR),
                 ahs <- Table::new(1, ah::MAX_AH),
+                stats: Stats::new(),
             }),
             GFP_KERNEL,
         )?;
@@ -323,6 +328,12 @@ impl ib::Driver for Rodp {
     fn post_send(qp: &qp::Qp) -> Result {
         qp.doorbell();
         Ok(())
+    }
+
+    const COUNTERS: &'static [StatDesc] = &stats::NAMES;
+
+    fn counters(dev: &Device, out: &mut [u64]) {
+        dev.tables.stats.read(out);
     }
 }
 

@@ -21,6 +21,7 @@ use crate::{
     },
     mr::{Fault, MrShared},
     qp::{QpShared, RecvSide, RecvSlot, SendSide},
+    stats::{packets, Counter},
 };
 use kernel::{
     prelude::*,
@@ -208,8 +209,10 @@ fn step(qp: &Arc<QpShared>) -> Step {
     let (status, byte_len) = match exec {
         Exec::Done(s, l) => (s, l),
         Exec::Rnr(timer) => {
+            qp.tables.stats.inc(Counter::RcvdRnrErr);
             let left = rnr_left.get_or_insert(a.rnr_retry);
             if *left == 0 {
+                qp.tables.stats.inc(Counter::RetryRnrExceededErr);
                 (wc_status::RNR_RETRY_EXC_ERR, 0)
             } else {
                 // 7 means "retry forever".
@@ -222,6 +225,7 @@ fn step(qp: &Arc<QpShared>) -> Step {
         Exec::NoAnswer => {
             let left = retry_left.get_or_insert(a.retry_cnt);
             if *left == 0 && a.timeout != 0 {
+                qp.tables.stats.inc(Counter::RetryExceededErr);
                 (wc_status::RETRY_EXC_ERR, 0)
             } else {
                 if a.timeout != 0 {
@@ -255,6 +259,7 @@ fn step(qp: &Arc<QpShared>) -> Step {
         );
     }
     if status != wc_status::SUCCESS {
+        qp.tables.stats.inc(Counter::SendErr);
         drop(sq);
         qp.fail(None);
     }
@@ -494,7 +499,11 @@ fn execute(
             None => return Exec::NoAnswer,
         }
     };
-    match deliver(&dest, &msg) {
+    let reply = deliver(&dest, &msg);
+    if let Reply::Ack(_) = reply {
+        account(qp, &dest, op, len, netdev::ib_mtu_bytes(a.path_mtu));
+    }
+    match reply {
         Reply::Ack(orig) => {
             let byte_len = match op {
                 wr_opcode::RDMA_READ => len as u32,
@@ -514,6 +523,32 @@ fn execute(
         Reply::Rnr(t) => Exec::Rnr(t),
         Reply::Drop if qp.qp_type == QpType::Ud => Exec::Done(wc_status::SUCCESS, 0),
         Reply::Drop => Exec::NoAnswer,
+    }
+}
+
+/// Counts a message that `qp` completed with `dst` on both devices.
+fn account(qp: &QpShared, dst: &QpShared, op: u32, len: usize, mtu: u32) {
+    let (req, resp) = (&qp.tables.stats, &dst.tables.stats);
+    let rdma = !matches!(op, wr_opcode::SEND | wr_opcode::SEND_WITH_IMM);
+    if rdma {
+        req.inc(Counter::RdmaSends);
+        resp.inc(Counter::RdmaRecvs);
+    }
+    // Reads and atomics carry their data in the responses.
+    let (fwd, back) = match op {
+        wr_opcode::RDMA_READ => (0, len),
+        wr_opcode::ATOMIC_CMP_AND_SWP | wr_opcode::ATOMIC_FETCH_AND_ADD => (0, 8),
+        _ => (len, 0),
+    };
+    req.add(Counter::SentPkts, packets(fwd, mtu));
+    req.add(Counter::SentBytes, fwd as u64);
+    resp.add(Counter::RcvdPkts, packets(fwd, mtu));
+    resp.add(Counter::RcvdBytes, fwd as u64);
+    if back > 0 {
+        resp.add(Counter::SentPkts, packets(back, mtu));
+        resp.add(Counter::SentBytes, back as u64);
+        req.add(Counter::RcvdPkts, packets(back, mtu));
+        req.add(Counter::RcvdBytes, back as u64);
     }
 }
 
@@ -541,6 +576,11 @@ pub(crate) fn deliver(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
         _ => respond_atomic(dst, m),
     };
     drop(rq);
+    match r {
+        Reply::Nak(_) => dst.tables.stats.inc(Counter::RcvdErr),
+        Reply::Rnr(_) => dst.tables.stats.inc(Counter::SendRnrErr),
+        _ => {}
+    }
     match r {
         Reply::Nak(Nak::Access) => dst.fail(Some(Event::QpAccessErr)),
         Reply::Nak(Nak::InvReq) => dst.fail(Some(Event::QpReqErr)),

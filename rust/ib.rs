@@ -9,6 +9,7 @@ pub(crate) mod abi;
 pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod gid;
+pub(crate) mod hw_stats;
 pub(crate) mod link;
 pub(crate) mod mmap;
 pub(crate) mod netdev;

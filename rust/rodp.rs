@@ -17,6 +17,7 @@ mod pd;
 mod qp;
 mod queue;
 mod srq;
+mod stats;
 mod table;
 mod ucontext;
 

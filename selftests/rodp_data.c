@@ -423,6 +423,49 @@ TEST_F(rc, rnr_retry_then_receive_arrives)
 	EXPECT_EQ(0, memcmp(self->buf[A], self->buf[B], 512));
 }
 
+static long counter(const char *dev, const char *name)
+{
+	char path[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, name);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+TEST_F(rc, counters_count_exactly)
+{
+	static const char *names[] = { "sent_pkts", "rcvd_pkts", "sent_bytes", "rcvd_bytes",
+				       "rdma_sends", "rdma_recvs", "send_err", "rcvd_err" };
+	/* 4096 bytes at MTU 1024 is 4 packets; a 3000-byte write is 3. */
+	static const long delta[] = { 7, 7, 7096, 7096, 1, 1, 0, 0 };
+	long before[8];
+	char out[4096];
+
+	for (int i = 0; i < 8; i++)
+		before[i] = counter("rodp0", names[i]);
+	ASSERT_EQ(0, post_recv(self->qp[B], self->buf[B], 4096, self->mr[B]->lkey, 1));
+	ASSERT_EQ(0, post_send(self->qp[A], IBV_WR_SEND, self->buf[A], 4096, self->mr[A]->lkey,
+			       0, 0, 0, 2));
+	EXPECT_WC(self->cq[A], IBV_WC_SUCCESS, IBV_WC_SEND, 2);
+	ASSERT_EQ(0, post_send(self->qp[A], IBV_WR_RDMA_WRITE, self->buf[A], 3000,
+			       self->mr[A]->lkey, (uintptr_t)self->buf[B], self->mr[B]->rkey, 0, 3));
+	EXPECT_WC(self->cq[A], IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 3);
+	for (int i = 0; i < 8; i++) {
+		EXPECT_EQ(delta[i], counter("rodp0", names[i]) - before[i]);
+	}
+	/* The same counters through rdma netlink. */
+	ASSERT_EQ(0, sh(out, sizeof(out), "rdma statistic show link rodp0/1"));
+	EXPECT_NE(NULL, strstr(out, "sent_bytes"));
+	EXPECT_NE(NULL, strstr(out, "rcvd_rnr_err"));
+}
+
 FIXTURE(rc_limits) {
 	FIXTURE_DATA(rc) rc;
 };

@@ -222,6 +222,12 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// The send doorbell of a user QP (`POST_SEND` with no WRs).
     fn post_send(qp: &Self::Qp) -> Result;
+
+    /// Names of the port's hardware counters.
+    const COUNTERS: &'static [super::hw_stats::StatDesc];
+
+    /// Current values of the counters, in `COUNTERS` order.
+    fn counters(dev: &Device<Self>, out: &mut [u64]);
 }
 
 /// An IB device whose driver data is a `T`.
@@ -395,6 +401,8 @@ impl<T: Driver> Device<T> {
         query_qp: Some(Self::query_qp_cb),
         destroy_qp: Some(Self::destroy_qp_cb),
         post_send: Some(Self::post_send_cb),
+        alloc_hw_port_stats: Some(Self::alloc_hw_port_stats_cb),
+        get_hw_stats: Some(Self::get_hw_stats_cb),
         size_ib_ucontext: size_of::<UContext<T>>(),
         size_ib_pd: size_of::<Pd<T>>(),
         size_ib_cq: size_of::<Cq<T>>(),

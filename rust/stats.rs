@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Device counters (rxe's `rxe_hw_counters.c`): one set of atomics per device, shown by
+//! `rdma statistic show link DEV/1` and `/sys/class/infiniband/DEV/ports/1/hw_counters/`.
+//!
+//! rodp moves whole messages between local QPs; packet counts are what RoCE would carry for
+//! the same messages: one per path MTU of payload, at least one per message.
+
+use crate::ib::hw_stats::StatDesc;
+use kernel::sync::atomic::{Atomic, Relaxed};
+
+/// A counter.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+pub(crate) enum Counter {
+    /// Packets sent by requesters.
+    SentPkts,
+    /// Packets accepted by responders.
+    RcvdPkts,
+    /// Payload bytes sent.
+    SentBytes,
+    /// Payload bytes accepted.
+    RcvdBytes,
+    /// RNR NAKs a requester received.
+    RcvdRnrErr,
+    /// RNR NAKs a responder sent.
+    SendRnrErr,
+    /// Transport retries exhausted.
+    RetryExceededErr,
+    /// RNR retries exhausted.
+    RetryRnrExceededErr,
+    /// Send WRs completed in error (other than flushes).
+    SendErr,
+    /// Messages a responder refused (NAKs).
+    RcvdErr,
+    /// RDMA reads, writes and atomics sent.
+    RdmaSends,
+    /// RDMA reads, writes and atomics served.
+    RdmaRecvs,
+}
+
+/// The names, in `Counter` order.
+pub(crate) static NAMES: [StatDesc; 12] = [
+    StatDesc::new(c"sent_pkts"),
+    StatDesc::new(c"rcvd_pkts"),
+    StatDesc::new(c"sent_bytes"),
+    StatDesc::new(c"rcvd_bytes"),
+    StatDesc::new(c"rcvd_rnr_err"),
+    StatDesc::new(c"send_rnr_err"),
+    StatDesc::new(c"retry_exceeded_err"),
+    StatDesc::new(c"retry_rnr_exceeded_err"),
+    StatDesc::new(c"send_err"),
+    StatDesc::new(c"rcvd_err"),
+    StatDesc::new(c"rdma_sends"),
+    StatDesc::new(c"rdma_recvs"),
+];
+
+/// The counters of one device.
+pub(crate) struct Stats([Atomic<u64>; 12]);
+
+impl Stats {
+    /// All zero.
+    pub(crate) fn new() -> Self {
+        Self([const { Atomic::new(0) }; 12])
+    }
+
+    /// Adds `n` to counter `c`.
+    pub(crate) fn add(&self, c: Counter, n: u64) {
+        self.0[c as usize].fetch_add(n, Relaxed);
+    }
+
+    /// Adds one to counter `c`.
+    pub(crate) fn inc(&self, c: Counter) {
+        self.add(c, 1);
+    }
+
+    /// Copies the values out, in `NAMES` order.
+    pub(crate) fn read(&self, out: &mut [u64]) {
+        for (o, v) in out.iter_mut().zip(self.0.iter()) {
+            *o = v.load(Relaxed);
+        }
+    }
+}
+
+/// Packets RoCE would use for `len` bytes at an MTU of `mtu` bytes.
+pub(crate) fn packets(len: usize, mtu: u32) -> u64 {
+    (len.div_ceil(mtu.max(256) as usize)).max(1) as u64
+}
