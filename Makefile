@@ -11,7 +11,7 @@ RUSTC ?= /usr/bin/rustc
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC)
 
-.PHONY: all modules clean setup kernel rootfs selftests run check fmt fmt-check
+.PHONY: all modules clean setup kernel rootfs selftests run check bench fmt fmt-check
 
 all: modules
 
@@ -46,3 +46,7 @@ run:
 
 check:
 	scripts/run.sh check
+
+# A benchmark, not a test: perftest on rxe then rodp in one guest boot, with ratios.
+bench:
+	scripts/run.sh bench

@@ -33,6 +33,8 @@ cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/tools.sh" \
 cp -a "$RODP_TOP/selftests/build" "$share/tests"
 printf '%s\n' "$task" > "$share/task"
 printf '%s\n' "$limit" > "$share/limit"
+# RODP_* settings reach the guest scripts (lib.sh reads them).
+env | grep '^RODP_' > "$share/env" || true
 # RODP_TESTS: a glob of selftest names for `check` (default: all).
 printf '%s\n' "${RODP_TESTS:-*}" > "$share/filter"
 
@@ -56,7 +58,7 @@ if [ ! -f "$accel_file" ]; then
 	log "accelerator: $accel"
 fi
 accel=$(cat "$accel_file")
-if [ "$accel" = kvm ]; then qemu+=(-accel kvm -cpu host); else qemu+=(-accel tcg -cpu max); fi
+if [ "$accel" = kvm ]; then qemu+=(-accel kvm -cpu host); else qemu+=(-accel tcg -cpu "${RODP_QEMU_CPU:-max}"); fi
 
 mkdir -p "$RODP_CACHE/logs"
 logf="$RODP_CACHE/logs/$task.log"

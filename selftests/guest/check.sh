@@ -6,7 +6,8 @@ res=/mnt/rodp/results
 modprobe rodp || echo "modprobe rodp failed"
 dmesg > "$res/kunit.dmesg"
 filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
-for t in /mnt/rodp/tests/$filter; do
+[ "$filter" = '*' ] && tests='rodp_*' || tests=$filter
+for t in /mnt/rodp/tests/$tests; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
 	echo "== $name"

@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
 # Helpers for the guest scripts.
 
+# The host's RODP_* settings (see scripts/run.sh).
+[ -f /mnt/rodp/env ] && . /mnt/rodp/env
+
 # A veth pair for the rodp devices: veth0 <-> veth1, up, with IPv4 addresses.
 make_netdevs() {
 	ip link add veth0 type veth peer name veth1 2>/dev/null || true
