@@ -20,7 +20,7 @@ use crate::{
         },
     },
     mr::{Fault, MrShared},
-    qp::{QpShared, RecvSide, RecvSlot, SendSide},
+    qp::{QpShared, RecvSide, SendSide},
     stats::{packets, Counter},
 };
 use kernel::{
@@ -44,6 +44,22 @@ const RNR_US: [u32; 32] = [
     5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760,
     327_680, 491_520,
 ];
+
+/// Per-QP scratch space the engine reuses for every WQE, so the data path does not allocate.
+pub(crate) struct Scratch {
+    sges: KVec<Sge>,
+    segs: KVec<Seg>,
+}
+
+impl Scratch {
+    /// Room for `max_sge` entries.
+    pub(crate) fn new(max_sge: u32) -> Result<Self> {
+        Ok(Self {
+            sges: KVec::with_capacity(max_sge as usize, GFP_KERNEL)?,
+            segs: KVec::with_capacity(max_sge as usize, GFP_KERNEL)?,
+        })
+    }
+}
 
 /// A registered memory range taking part in a transfer.
 pub(crate) struct Seg {
@@ -162,9 +178,16 @@ fn timeout_delay(code: u8) -> Delta {
 }
 
 fn step(qp: &Arc<QpShared>) -> Step {
-    let a = *qp.attrs.lock();
     let generation = qp.generation();
     let mut sq = qp.sq.lock();
+    if sq.attr_gen != Some(generation) {
+        // Copied under the attribute lock taken before the ring lock, as `modify` does.
+        drop(sq);
+        let a = *qp.attrs.lock();
+        sq = qp.sq.lock();
+        sq.attr = a;
+        sq.attr_gen = Some(generation);
+    }
     let SendSide {
         queue,
         cons,
@@ -173,7 +196,11 @@ fn step(qp: &Arc<QpShared>) -> Step {
         retry_left,
         peer,
         drained,
+        attr,
+        scratch,
+        ..
     } = &mut *sq;
+    let a = *attr;
     let Some(q) = queue.as_ref() else {
         return Step::Idle;
     };
@@ -205,7 +232,14 @@ fn step(qp: &Arc<QpShared>) -> Step {
     if qp.qp_type == QpType::Rc && peer.as_ref().is_none_or(|(_, g)| *g != generation) {
         *peer = find_rc_peer(&a.route.dgid, a.dest_qp_num).map(|p| (p, generation));
     }
-    let exec = execute(qp, &a, &wqe, &buf[..n], peer.as_ref().map(|(p, _)| p));
+    let exec = execute(
+        qp,
+        &a,
+        &wqe,
+        &buf[..n],
+        peer.as_ref().map(|(p, _)| p),
+        scratch,
+    );
     let (status, byte_len) = match exec {
         Exec::Done(s, l) => (s, l),
         Exec::Rnr(timer) => {
@@ -384,6 +418,7 @@ fn execute(
     w: &SendWqe,
     raw: &[u8],
     peer: Option<&Arc<QpShared>>,
+    scratch: &mut Scratch,
 ) -> Exec {
     let op = w.opcode;
     let valid = match qp.qp_type {
@@ -410,7 +445,9 @@ fn execute(
         return Exec::Done(wc_status::LOC_QP_OP_ERR, 0);
     }
     // Local data: inline bytes or registered memory.
-    let mut segs = KVec::new();
+    let Scratch { sges, segs } = scratch;
+    sges.clear();
+    segs.clear();
     let inline = w.send_flags & send_flags::INLINE != 0 && !is_read_like;
     let (src, len) = if inline {
         let len = w.length as usize;
@@ -427,7 +464,6 @@ fn execute(
         {
             return Exec::Done(wc_status::LOC_QP_OP_ERR, 0);
         }
-        let mut sges = KVec::new();
         for i in 0..w.num_sge as usize {
             if sges
                 .push(Sge::parse(raw, abi::SEND_WQE_HEADER, i), GFP_KERNEL)
@@ -437,14 +473,14 @@ fn execute(
             }
         }
         let need = if is_read_like { access::LOCAL_WRITE } else { 0 };
-        match resolve(qp, &sges, need, &mut segs) {
+        match resolve(qp, sges, need, segs) {
             Ok(len) => (None, len),
             Err(f) => return Exec::Done(fault_status(f), 0),
         }
     };
     let data = match src {
         Some(b) => Src::Inline(b),
-        None => Src::Segs(&segs),
+        None => Src::Segs(segs),
     };
     let atomic = match op {
         wr_opcode::ATOMIC_CMP_AND_SWP => Some(AtomicOp::CmpSwap(w.compare_add, w.swap)),
@@ -464,7 +500,7 @@ fn execute(
         remote_addr: w.remote_addr,
         rkey: w.rkey,
         atomic,
-        read_into: &segs,
+        read_into: segs,
         ud: None,
     };
     let dest = if qp.qp_type == QpType::Ud {
@@ -508,7 +544,7 @@ fn execute(
             let byte_len = match op {
                 wr_opcode::RDMA_READ => len as u32,
                 wr_opcode::ATOMIC_CMP_AND_SWP | wr_opcode::ATOMIC_FETCH_AND_ADD => {
-                    if transfer(&segs, 0, Src::Inline(&orig.to_ne_bytes()), 8).is_err() {
+                    if transfer(segs, 0, Src::Inline(&orig.to_ne_bytes()), 8).is_err() {
                         return Exec::Done(wc_status::LOC_PROT_ERR, 0);
                     }
                     8
@@ -590,11 +626,11 @@ pub(crate) fn deliver(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     r
 }
 
-/// Takes a receive WQE for a message, or says what to answer when there is none.
-fn take_recv(dst: &QpShared, rq: &mut RecvSide) -> Result<RecvSlot, Reply> {
-    let mut slot = RecvSlot::new(dst.recv_sge_limit()).map_err(|_| Reply::Nak(Nak::Op))?;
-    if dst.pop_recv(rq, &mut slot) {
-        return Ok(slot);
+/// Takes a receive WQE for a message into `rq.slot`, or says what to answer when there is
+/// none.
+fn take_recv(dst: &QpShared, rq: &mut RecvSide) -> Result<(), Reply> {
+    if dst.pop_recv(rq) {
+        return Ok(());
     }
     Err(if dst.qp_type == QpType::Ud {
         Reply::Drop
@@ -616,12 +652,12 @@ fn recv_wc(dst: &QpShared, m: &Message<'_>, wr_id: u64, status: u32) -> Wc {
 }
 
 fn respond_send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
-    let slot = match take_recv(dst, rq) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let mut segs = KVec::new();
-    let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, &mut segs) {
+    if let Err(r) = take_recv(dst, rq) {
+        return r;
+    }
+    let RecvSide { slot, segs, .. } = rq;
+    segs.clear();
+    let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs) {
         Ok(n) => n,
         Err(_) => {
             dst.rcq
@@ -642,12 +678,12 @@ fn respond_send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Repl
     let mut flags = 0;
     if let Some(ud) = &m.ud {
         let h = abi::grh(&ud.sgid, &ud.dgid, m.len as u32, ud.hop_limit);
-        if transfer(&segs, 0, Src::Inline(&h), GRH_LEN).is_err() {
+        if transfer(segs, 0, Src::Inline(&h), GRH_LEN).is_err() {
             return Reply::Nak(Nak::Op);
         }
         flags |= wc_flags::GRH;
     }
-    if transfer(&segs, grh, m.data, m.len).is_err() {
+    if transfer(segs, grh, m.data, m.len).is_err() {
         return Reply::Nak(Nak::Op);
     }
     let mut wc = recv_wc(dst, m, slot.wr_id, wc_status::SUCCESS);
@@ -689,14 +725,12 @@ fn respond_write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Rep
     } else {
         None
     };
-    let slot = if m.opcode == wr_opcode::RDMA_WRITE_WITH_IMM {
-        match take_recv(dst, rq) {
-            Ok(s) => Some(s),
-            Err(r) => return r,
+    let imm = m.opcode == wr_opcode::RDMA_WRITE_WITH_IMM;
+    if imm {
+        if let Err(r) = take_recv(dst, rq) {
+            return r;
         }
-    } else {
-        None
-    };
+    }
     if let Some((mr, off)) = target {
         let seg = [Seg {
             mr,
@@ -707,8 +741,8 @@ fn respond_write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Rep
             return Reply::Nak(Nak::Op);
         }
     }
-    if let Some(slot) = slot {
-        let mut wc = recv_wc(dst, m, slot.wr_id, wc_status::SUCCESS);
+    if imm {
+        let mut wc = recv_wc(dst, m, rq.slot.wr_id, wc_status::SUCCESS);
         wc.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
         wc.byte_len = m.len as u32;
         wc.wc_flags = wc_flags::WITH_IMM;

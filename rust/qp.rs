@@ -6,6 +6,7 @@
 use crate::{
     cq::CqShared,
     device::{Device, Pd, Tables, UContext},
+    engine::{Scratch, Seg},
     ib::{
         abi::{self, RecvWqe, Sge, Wc},
         event::Events,
@@ -94,6 +95,11 @@ pub(crate) struct SendSide {
     pub(crate) peer: Option<(Arc<QpShared>, u64)>,
     /// Whether the SQ-drained event was raised for the current SQD period.
     pub(crate) drained: bool,
+    /// The requester's copy of the attributes, and the generation it was taken at.
+    pub(crate) attr: QpAttr,
+    pub(crate) attr_gen: Option<u64>,
+    /// Reused for every WQE.
+    pub(crate) scratch: Scratch,
 }
 
 /// The receive side: ring (none with an SRQ) and the responder's scratch slot.
@@ -103,6 +109,10 @@ pub(crate) struct RecvSide {
     pub(crate) cons: u32,
     /// Whether the first message since RTR was seen (`IB_EVENT_COMM_EST`).
     pub(crate) established: bool,
+    /// The receive WQE being filled (own ring or SRQ).
+    pub(crate) slot: RecvSlot,
+    /// Its resolved scatter list.
+    pub(crate) segs: KVec<Seg>,
 }
 
 /// A QP as the engine sees it.
@@ -234,6 +244,10 @@ impl Qp {
         let rq_mi = rq.as_ref().map(Queue::mm_info).unwrap_or_default();
         udata.write(&abi::create_qp_resp(rq_mi, sq.mm_info()))?;
         let buf = KVec::from_elem(0u8, sq.elem_size(), GFP_KERNEL)?;
+        let recv_sge = srq.map_or(max_recv_sge, |s| s.max_sge);
+        let recv_slot = RecvSlot::new(recv_sge)?;
+        let segs = KVec::with_capacity(recv_sge as usize, GFP_KERNEL)?;
+        let scratch = Scratch::new(init.cap.max_send_sge.max(1))?;
         let i = *init;
         let pd = pd.data().id;
         let shared = dev.tables.qps.insert(|qpn| {
@@ -265,8 +279,17 @@ impl Qp {
                         retry_left: None,
                         peer: None,
                         drained: false,
+                        attr: initial_attr(&i),
+                        attr_gen: None,
+                        scratch,
                     }),
-                    rq <- new_mutex!(RecvSide { queue: rq, cons: 0, established: false }),
+                    rq <- new_mutex!(RecvSide {
+                        queue: rq,
+                        cons: 0,
+                        established: false,
+                        slot: recv_slot,
+                        segs,
+                    }),
                     work <- new_work!("QpShared::work"),
                     events: events.clone(),
                 }),
@@ -556,26 +579,22 @@ impl QpShared {
         rq.cons = cons;
     }
 
-    /// Takes the next receive WQE (own ring or SRQ) into `slot`; the caller holds `rq`.
-    pub(crate) fn pop_recv(&self, rq: &mut RecvSide, slot: &mut RecvSlot) -> bool {
+    /// Takes the next receive WQE (own ring or SRQ) into `rq.slot`; the caller holds `rq`.
+    pub(crate) fn pop_recv(&self, rq: &mut RecvSide) -> bool {
+        let RecvSide {
+            queue, cons, slot, ..
+        } = rq;
         if let Some(srq) = &self.srq {
             return srq.pop(slot);
         }
-        let cons = rq.cons;
-        let Some(q) = rq.queue.as_ref() else {
+        let Some(q) = queue.as_ref() else {
             return false;
         };
-        if q.producer() == cons || slot.load(q, cons, self.max_recv_sge).is_err() {
+        if q.producer() == *cons || slot.load(q, *cons, self.max_recv_sge).is_err() {
             return false;
         }
-        let next = q.next(cons);
-        q.set_consumer(next);
-        rq.cons = next;
+        *cons = q.next(*cons);
+        q.set_consumer(*cons);
         true
-    }
-
-    /// Scatter/gather entries a receive WQE of this QP may carry.
-    pub(crate) fn recv_sge_limit(&self) -> u32 {
-        self.srq.as_ref().map_or(self.max_recv_sge, |s| s.max_sge)
     }
 }

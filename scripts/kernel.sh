@@ -2,15 +2,26 @@
 # SPDX-License-Identifier: GPL-2.0
 # Builds the test kernel once per (source version, config, compiler) and prints its build dir.
 # Base: allnoconfig + kvm_guest.config + selftests/config, every requested option verified.
+#   scripts/kernel.sh          the test kernel (KASAN, lockdep and the other debug options)
+#   scripts/kernel.sh bench    the same without the debug options, for `make bench`
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 src=$(ls -d "$RODP_CACHE"/src/linux-source-* | head -1)
 [ -d "$src" ] || die "no kernel source; run scripts/setup.sh"
-frag="$RODP_TOP/selftests/config"
+flavor=${1:-test}
+frag="$RODP_CACHE/config.$flavor"
+case $flavor in
+test) cp "$RODP_TOP/selftests/config" "$frag" ;;
+bench) grep -Ev '^CONFIG_(KASAN[A-Z_]*|PROVE_LOCKING|DEBUG_KERNEL|DEBUG_ATOMIC_SLEEP|DEBUG_LIST|DEBUG_OBJECTS[A-Z_]*|SLUB_DEBUG)=' \
+	"$RODP_TOP/selftests/config" > "$frag" ;;
+*) die "usage: kernel.sh [test|bench]" ;;
+esac
 key=$( { head -5 "$src/Makefile"; cat "$src/kernel/configs/kvm_guest.config" "$frag";
 	 /usr/bin/rustc --version; clang-19 --version | head -1; bindgen --version; } | sha256sum | cut -c1-16)
-out="$RODP_CACHE/kbuild-$key"
+prefix=kbuild-
+[ "$flavor" = test ] || prefix=kbuild-$flavor-
+out="$RODP_CACHE/$prefix$key"
 if [ -f "$out/.done" ]; then echo "$out"; exit 0; fi
 
 exec 9>"$RODP_CACHE/kernel.lock"
@@ -33,6 +44,9 @@ start=$(date +%s)
 "${kmake[@]}" -s INSTALL_MOD_PATH="$out/modinst" modules_install >&2
 log "kernel built in $(( $(date +%s) - start )) s"
 touch "$out/.done"
-# Keep only the newest build so the cache does not grow without bound.
-for old in "$RODP_CACHE"/kbuild-*; do [ "$old" = "$out" ] || rm -rf "$old"; done
+# Keep only the newest build of each flavor so the cache does not grow without bound.
+for old in "$RODP_CACHE/$prefix"*; do
+	case ${old#"$RODP_CACHE/$prefix"} in *-*) continue ;; esac
+	[ "$old" = "$out" ] || rm -rf "$old"
+done
 echo "$out"
