@@ -326,8 +326,7 @@ impl ib::Driver for Rodp {
     }
 
     fn post_send(qp: &qp::Qp) -> Result {
-        qp.doorbell();
-        Ok(())
+        qp.doorbell()
     }
 
     const COUNTERS: &'static [StatDesc] = &stats::NAMES;

@@ -114,6 +114,8 @@ pub(crate) struct Ud {
     pub(crate) dgid: [u8; 16],
     /// Hop limit.
     pub(crate) hop_limit: u8,
+    /// Traffic class.
+    pub(crate) tclass: u8,
 }
 
 /// A NAK code.
@@ -520,6 +522,7 @@ fn execute(
             sgid: ah.sgid,
             dgid: ah.route.dgid,
             hop_limit: ah.route.hop_limit,
+            tclass: ah.route.traffic_class,
         });
         let dest = Device::with_gid_owner(&ah.route.dgid, |dev| dev.tables.qps.get(w.remote_qpn))
             .flatten()
@@ -677,7 +680,7 @@ fn respond_send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Repl
     }
     let mut flags = 0;
     if let Some(ud) = &m.ud {
-        let h = abi::grh(&ud.sgid, &ud.dgid, m.len as u32, ud.hop_limit);
+        let h = abi::grh(&ud.sgid, &ud.dgid, m.len as u32, ud.hop_limit, ud.tclass);
         if transfer(segs, 0, Src::Inline(&h), GRH_LEN).is_err() {
             return Reply::Nak(Nak::Op);
         }

@@ -445,15 +445,19 @@ impl Qp {
         s.tables.qps.remove(s.qpn);
     }
 
-    /// The send doorbell.
-    pub(crate) fn doorbell(&self) {
+    /// The send doorbell: `EINVAL` before RTS (the IBA's immediate error for posting to a
+    /// send queue in RESET, INIT or RTR).
+    pub(crate) fn doorbell(&self) -> Result {
         let s = &self.shared;
-        if s.state() == QpState::Err {
+        match s.state() {
+            QpState::Reset | QpState::Init | QpState::Rtr => return Err(EINVAL),
             // Receives posted after the QP failed are flushed too (user space has no other
             // way to tell the kernel about them).
-            s.flush_recv();
+            QpState::Err => s.flush_recv(),
+            _ => {}
         }
         s.kick();
+        Ok(())
     }
 }
 

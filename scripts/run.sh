@@ -13,9 +13,21 @@ limit=${RODP_GUEST_TIMEOUT:-2400}
 [ -f "$RODP_TOP/selftests/guest/$task.sh" ] || die "no guest script selftests/guest/$task.sh"
 
 "$RODP_TOP/scripts/setup.sh"
-kdir=$("$RODP_TOP/scripts/kernel.sh")
+# The benchmark runs on the same kernel without its debug options (KASAN, lockdep, ...), with
+# the module built out of tree so the test build is left alone.
+flavor=test
+[ "$task" = bench ] && flavor=bench
+kdir=$("$RODP_TOP/scripts/kernel.sh" $flavor)
 rootfs=$("$RODP_TOP/scripts/rootfs.sh")
-make -s -C "$RODP_TOP" KDIR="$kdir" modules >&2
+if [ $flavor = test ]; then
+	make -s -C "$RODP_TOP" KDIR="$kdir" modules >&2
+	ko=$RODP_TOP/rodp.ko
+else
+	mo=$RODP_CACHE/module-$flavor
+	mkdir -p "$mo"
+	make -s -C "$RODP_TOP" KDIR="$kdir" MO="$mo" modules >&2
+	ko=$mo/rodp.ko
+fi
 make -s -C "$RODP_TOP/selftests" KDIR="$kdir" >&2
 if [ "$task" = check ]; then "$RODP_TOP/scripts/fmt.sh" --check "$kdir"; fi
 
@@ -25,10 +37,11 @@ trap 'rm -rf "$share"' EXIT
 mkdir -p "$share/results" "$share/modules"
 cp -a "$kdir/modinst/lib" "$share/modules/"
 mkdir -p "$share/modules/lib/modules/$kver/extra"
-cp "$RODP_TOP/rodp.ko" "$share/modules/lib/modules/$kver/extra/"
+cp "$ko" "$share/modules/lib/modules/$kver/extra/"
 depmod -b "$share/modules" "$kver"
 cp "$RODP_TOP/selftests/guest/init.sh" "$share/guest-init"
 cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/tools.sh" \
+	"$RODP_TOP/selftests/guest/pyverbs.sh" "$RODP_TOP/selftests/pyverbs-gaps" \
 	"$RODP_TOP/selftests/guest/$task.sh" "$share/"
 cp -a "$RODP_TOP/selftests/build" "$share/tests"
 printf '%s\n' "$task" > "$share/task"

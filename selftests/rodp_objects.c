@@ -304,8 +304,10 @@ TEST_F(ud, send_with_grh)
 		EXPECT_EQ(self->qp[0]->qp_num, wc[i].src_qp);
 		EXPECT_EQ(self->qp[1]->qp_num, wc[i].qp_num);
 	}
-	/* The GRH carries the sender's GID; the data follows it. */
-	EXPECT_EQ(0, memcmp(self->buf + 4096 + 8, &self->d.gid, 16));
+	/* RoCEv2 with IPv4 GIDs: 20 zero bytes, then the IPv4 header with the sender's address;
+	 * the data follows. */
+	EXPECT_EQ(0x45, (unsigned char)self->buf[4096 + 20]);
+	EXPECT_EQ(0, memcmp(self->buf + 4096 + 32, self->d.gid.raw + 12, 4));
 	EXPECT_EQ(0, memcmp(self->buf, self->buf + 4096 + 40, 1000));
 }
 

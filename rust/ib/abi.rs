@@ -352,24 +352,98 @@ pub(crate) fn modify_srq_mmap_info_addr(cmd: &[u8]) -> u64 {
     )
 }
 
-/// A GRH (`struct ib_grh`) for a UD receive: 40 bytes the receiver finds before the data.
-pub(crate) fn grh(sgid: &[u8; 16], dgid: &[u8; 16], payload: u32, hop_limit: u8) -> [u8; 40] {
-    type G = bindings::ib_grh;
+/// Bytes RoCEv2 puts after the IP header: UDP (8), BTH (12), DETH (8); and the ICRC (4) after
+/// the payload.
+const ROCE_UD_OVERHEAD: u32 = 8 + 12 + 8 + 4;
+
+/// The 40 bytes a UD receive finds before the data, as RoCEv2 delivers them: for an
+/// IPv4-mapped destination GID, 20 zero bytes and the IPv4 header; otherwise the IPv6 header.
+/// (libibverbs' `ibv_init_ah_from_wc` tells the two apart by the IPv4 header's checksum.)
+pub(crate) fn grh(
+    sgid: &[u8; 16],
+    dgid: &[u8; 16],
+    payload: u32,
+    hop_limit: u8,
+    tclass: u8,
+) -> [u8; 40] {
     let mut b = [0u8; 40];
-    // IP version 6, traffic class and flow label zero.
-    put(
-        &mut b,
-        offset_of!(G, version_tclass_flow),
-        &(6u32 << 28).to_be_bytes(),
-    );
-    put(
-        &mut b,
-        offset_of!(G, paylen),
-        &(payload as u16).to_be_bytes(),
-    );
-    put(&mut b, offset_of!(G, next_hdr), &[0x1b]);
-    put(&mut b, offset_of!(G, hop_limit), &[hop_limit]);
-    put(&mut b, offset_of!(G, sgid), sgid);
-    put(&mut b, offset_of!(G, dgid), dgid);
+    let v4 = dgid[..10].iter().all(|&x| x == 0) && dgid[10] == 0xff && dgid[11] == 0xff;
+    if v4 {
+        let h = &mut b[20..];
+        h[0] = 0x45;
+        h[1] = tclass;
+        h[2..4].copy_from_slice(&((20 + ROCE_UD_OVERHEAD + payload) as u16).to_be_bytes());
+        // Don't fragment.
+        h[6] = 0x40;
+        h[8] = hop_limit;
+        // UDP.
+        h[9] = 17;
+        h[12..16].copy_from_slice(&sgid[12..]);
+        h[16..20].copy_from_slice(&dgid[12..]);
+        let csum = ipv4_checksum(h);
+        h[10..12].copy_from_slice(&csum.to_be_bytes());
+    } else {
+        type G = bindings::ib_grh;
+        let vtf = 6u32 << 28 | u32::from(tclass) << 20;
+        put(
+            &mut b,
+            offset_of!(G, version_tclass_flow),
+            &vtf.to_be_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(G, paylen),
+            &((ROCE_UD_OVERHEAD + payload) as u16).to_be_bytes(),
+        );
+        put(&mut b, offset_of!(G, next_hdr), &[17]);
+        put(&mut b, offset_of!(G, hop_limit), &[hop_limit]);
+        put(&mut b, offset_of!(G, sgid), sgid);
+        put(&mut b, offset_of!(G, dgid), dgid);
+    }
     b
+}
+
+/// The IPv4 header checksum of `h` (its checksum field zero).
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum: u32 = h
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[kunit_tests(rodp_abi)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_grh_has_a_valid_header() {
+        let mut s = [0u8; 16];
+        let mut d = [0u8; 16];
+        s[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 1]);
+        d[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 2]);
+        let g = grh(&s, &d, 100, 64, 0);
+        assert!(g[..20].iter().all(|&x| x == 0));
+        assert_eq!(g[20], 0x45);
+        assert_eq!(u16::from_be_bytes([g[22], g[23]]), 20 + 32 + 100);
+        assert_eq!(&g[32..36], &[10, 0, 0, 1]);
+        assert_eq!(&g[36..40], &[10, 0, 0, 2]);
+        // A header with its checksum sums to 0xffff.
+        assert_eq!(ipv4_checksum(&g[20..]), 0);
+    }
+
+    #[test]
+    fn ipv6_grh_carries_both_gids() {
+        let s = [0xfeu8; 16];
+        let d = [0x20u8; 16];
+        let g = grh(&s, &d, 100, 1, 0);
+        assert_eq!(g[0] >> 4, 6);
+        assert_eq!(u16::from_be_bytes([g[4], g[5]]), 32 + 100);
+        assert_eq!(g[6], 17);
+        assert_eq!(&g[8..24], &s);
+        assert_eq!(&g[24..40], &d);
+    }
 }

@@ -19,6 +19,9 @@ done
 case "$filter" in
 *tools*|'*') echo "== tools"; . /mnt/rodp/tools.sh ;;
 esac
+case "$filter" in
+*pyverbs*|'*') echo "== pyverbs"; . /mnt/rodp/pyverbs.sh ;;
+esac
 # Leave nothing behind, so that the log shows any splat teardown would cause.
 for d in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(l["ifname"].split("/")[0] for l in json.load(sys.stdin)))'); do
 	rdma link delete "$d" || true

@@ -12,6 +12,8 @@ kver=$(uname -r)
 mkdir -p /lib/modules/$kver
 mount --bind /mnt/rodp/modules/lib/modules/$kver /lib/modules/$kver
 ip link set lo up
+# POSIX shared memory (rdma-core's Python rdma_cm tests use it).
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 cd /mnt/rodp
 timeout -k 10 "$limit" sh "/mnt/rodp/$task.sh"
 rc=$?

@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: GPL-2.0
+# rdma-core's Python suite (pyverbs' tests, unchanged) against kernel rxe and then rodp in this
+# one guest boot, never both loaded. Writes results/pyverbs.tap: one line per test, failing
+# only where rodp fails a test rxe passes; prints both pass/fail/skip tables. Sourced by
+# check.sh after lib.sh (rodp is loaded on entry and on return).
+
+py_src=/usr/share/doc/rdma-core/tests
+py_dir=/tmp/pyverbs-tests
+rm -rf "$py_dir"
+cp -r "$py_src" "$py_dir"
+find "$py_dir" -name '*.gz' -exec gunzip -f {} +
+
+# py_run DRIVER: one device DRIVER0 on veth0; prints "test status" lines (ok, FAIL, ERROR,
+# skip) into results/pyverbs.DRIVER.
+py_run() {
+	drv=$1
+	rdma link add ${drv}0 type $drv netdev veth0
+	(cd "$py_dir" && timeout 1800 python3 run_tests.py --dev ${drv}0 --gid 1 -v) \
+		> "$res/pyverbs.$drv.log" 2>&1
+	rdma link delete ${drv}0
+	python3 - "$res/pyverbs.$drv.log" > "$res/pyverbs.$drv" <<'PY'
+import re, sys
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"(test\S+) \((\S+)\)(?: \S.*)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure)", line)
+    if m:
+        st = {"skipped": "skip", "expected failure": "skip"}.get(m.group(3), m.group(3))
+        print(f"{m.group(2)} {st}")
+PY
+}
+
+rmmod rodp
+modprobe rdma_rxe && py_run rxe
+rmmod rdma_rxe
+modprobe rodp
+py_run rodp
+
+# What failed on rodp, and why (unittest's report after the list of tests).
+sed -n '/^=====/,$p' "$res/pyverbs.rodp.log" | head -200
+python3 - "$res/pyverbs.rxe" "$res/pyverbs.rodp" "$res/pyverbs.tap" /mnt/rodp/pyverbs-gaps <<'PY'
+import collections, re, sys
+def load(p):
+    r = collections.OrderedDict()
+    for line in open(p):
+        name, st = line.split()
+        r[name] = st
+    return r
+rxe, rodp, out = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
+gaps = [l.rstrip("\n").split("\t", 1) for l in open(sys.argv[4])
+        if l.strip() and not l.startswith("#")]
+def gap(name):
+    return next((why for pat, why in gaps if re.search(pat, name)), None)
+for label, res in (("rxe", rxe), ("rodp", rodp)):
+    c = collections.Counter(res.values())
+    print(f"pyverbs on {label:4}: {c['ok']:4} passed {c['FAIL'] + c['ERROR']:4} failed "
+          f"{c['skip']:4} skipped of {len(res)}")
+lines = []
+for i, name in enumerate(sorted(set(rxe) | set(rodp)), 1):
+    a, b = rxe.get(name, "absent"), rodp.get(name, "absent")
+    if b == "ok":
+        lines.append(f"ok {i} {name}")
+    elif a == "ok" and gap(name):
+        lines.append(f"ok {i} {name} # SKIP {gap(name)}")
+    elif a == "ok":
+        lines.append(f"not ok {i} {name} # rxe passes, rodp {b}")
+    else:
+        lines.append(f"ok {i} {name} # SKIP rodp {b}, rxe {a}")
+    print(f"{name:90} rxe {a:6} rodp {b}")
+with open(out, "w") as f:
+    f.write("TAP version 13\n1..%d\n%s\n" % (len(lines), "\n".join(lines)))
+PY
