@@ -9,7 +9,7 @@ endif
 LLVM ?= -19
 RUSTC ?= /usr/bin/rustc
 export PATH := $(HOME)/.cargo/bin:$(PATH)
-KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) $(if $(MO),MO=$(MO)) LLVM=$(LLVM) RUSTC=$(RUSTC)
+KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC)
 
 .PHONY: all modules clean setup kernel rootfs selftests run check bench fmt fmt-check
 
