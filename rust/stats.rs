@@ -7,7 +7,10 @@
 //! the same messages: one per path MTU of payload, at least one per message.
 
 use crate::ib::hw_stats::StatDesc;
-use kernel::sync::atomic::{Atomic, Relaxed};
+use kernel::{
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+};
 
 /// A counter.
 #[derive(Clone, Copy)]
@@ -85,4 +88,31 @@ impl Stats {
 /// Packets RoCE would use for `len` bytes at an MTU of `mtu` bytes.
 pub(crate) fn packets(len: usize, mtu: u32) -> u64 {
     (len.div_ceil(mtu.max(256) as usize)).max(1) as u64
+}
+
+#[kunit_tests(rodp_stats)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packets_follow_the_mtu() {
+        assert_eq!(packets(0, 1024), 1);
+        assert_eq!(packets(1, 1024), 1);
+        assert_eq!(packets(1024, 1024), 1);
+        assert_eq!(packets(1025, 1024), 2);
+        assert_eq!(packets(65536, 4096), 16);
+    }
+
+    #[test]
+    fn counters_add_up_in_name_order() {
+        let s = Stats::new();
+        s.inc(Counter::SentPkts);
+        s.add(Counter::RdmaRecvs, 5);
+        let mut out = [0u64; 12];
+        s.read(&mut out);
+        assert_eq!(out[0], 1);
+        assert_eq!(out[11], 5);
+        assert_eq!(out.iter().sum::<u64>(), 6);
+        assert_eq!(NAMES.len(), out.len());
+    }
 }

@@ -68,3 +68,57 @@ impl<T: Send + Sync + 'static> Table<T> {
         self.xa.lock().remove(id as usize)
     }
 }
+
+#[kunit_tests(rodp_table)]
+mod tests {
+    use super::*;
+
+    fn table(min: u32, max: u32) -> Result<Pin<KBox<Table<u32>>>> {
+        KBox::pin_init(Table::new(min, max), GFP_KERNEL)
+    }
+
+    fn insert(t: &Table<u32>) -> Result<u32> {
+        Ok(*t.insert(|id| Ok(Arc::new(id, GFP_KERNEL)?))?)
+    }
+
+    #[test]
+    fn numbers_are_handed_out_in_turn_and_found() -> Result {
+        let t = table(5, 100)?;
+        assert_eq!(insert(&t)?, 5);
+        assert_eq!(insert(&t)?, 6);
+        assert_eq!(t.get(6).map(|v| *v), Some(6));
+        assert!(t.get(7).is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn a_freed_number_is_reused_last() -> Result {
+        let t = table(1, 3)?;
+        assert_eq!(insert(&t)?, 1);
+        assert_eq!(insert(&t)?, 2);
+        assert!(t.remove(1).is_some());
+        assert!(t.get(1).is_none());
+        // 3 is still fresh; only then does the cursor wrap to the freed 1.
+        assert_eq!(insert(&t)?, 3);
+        assert_eq!(insert(&t)?, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_full_table_refuses() -> Result {
+        let t = table(1, 2)?;
+        insert(&t)?;
+        insert(&t)?;
+        assert_eq!(insert(&t), Err(ENOMEM));
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_make_stores_nothing() -> Result {
+        let t = table(1, 2)?;
+        assert_eq!(t.insert(|_| Err(EINVAL)).err(), Some(EINVAL));
+        assert!(t.get(1).is_none());
+        assert_eq!(insert(&t)?, 2);
+        Ok(())
+    }
+}
