@@ -390,6 +390,24 @@ TEST_F(rc, bad_state_transitions_are_einval)
 	EXPECT_EQ(0, ibv_destroy_qp(qp));
 }
 
+TEST_F(rc, post_send_before_rts_is_einval)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	struct ibv_qp *qp = make_qp(&self->d, self->cq[A], self->cq[A], IBV_QPT_RC, NULL);
+	struct ibv_wc wc;
+
+	ASSERT_NE(NULL, qp);
+	/* RESET, then INIT: the doorbell is refused, nothing completes. */
+	EXPECT_EQ(EINVAL, post_send(qp, IBV_WR_SEND, self->buf[A], 8, self->mr[A]->lkey,
+				    0, 0, 0, 1));
+	ASSERT_EQ(0, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				   IBV_QP_ACCESS_FLAGS));
+	EXPECT_EQ(EINVAL, post_send(qp, IBV_WR_SEND, self->buf[A], 8, self->mr[A]->lkey,
+				    0, 0, 0, 2));
+	EXPECT_EQ(0, poll1(self->cq[A], &wc, 300));
+	EXPECT_EQ(0, ibv_destroy_qp(qp));
+}
+
 TEST_F(rc, query_qp_reports_what_was_set)
 {
 	struct ibv_qp_attr a;
