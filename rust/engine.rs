@@ -242,6 +242,9 @@ fn step(qp: &Arc<QpShared>) -> Step {
         peer.as_ref().map(|(p, _)| p),
         scratch,
     );
+    // MRs are referenced only while a message moves: a deregistered MR's pages (and its
+    // device reference) must not outlive it in a scratch list.
+    scratch.segs.clear();
     let (status, byte_len) = match exec {
         Exec::Done(s, l) => (s, l),
         Exec::Rnr(timer) => {
@@ -614,6 +617,7 @@ pub(crate) fn deliver(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
         wr_opcode::RDMA_READ => respond_read(dst, m),
         _ => respond_atomic(dst, m),
     };
+    rq.segs.clear();
     drop(rq);
     match r {
         Reply::Nak(_) => dst.tables.stats.inc(Counter::RcvdErr),

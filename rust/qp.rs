@@ -453,7 +453,7 @@ impl Qp {
             QpState::Reset | QpState::Init | QpState::Rtr => return Err(EINVAL),
             // Receives posted after the QP failed are flushed too (user space has no other
             // way to tell the kernel about them).
-            QpState::Err => s.flush_recv(),
+            QpState::Err if s.srq.is_none() => s.flush_recv(),
             _ => {}
         }
         s.kick();

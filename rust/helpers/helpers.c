@@ -291,3 +291,8 @@ struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
 {
 	return &attrs->driver_udata;
 }
+
+bool rodp_helper_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}

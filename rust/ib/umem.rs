@@ -144,12 +144,18 @@ impl PageList {
 
 /// A pinned user memory registration (`struct ib_umem`) and its pages.
 ///
+/// The engine may hold the last reference to an MR's memory for the length of a transfer, past
+/// the MR's deregistration; the umem therefore holds a reference on its device, so
+/// unregistration waits for it and `ib_umem_release` never runs on a freed device.
+///
 /// # Invariants
 ///
-/// `raw` is a umem from `ib_umem_get_va`, released on drop; `pages` lists its pinned pages.
+/// `raw` is a umem from `ib_umem_get_va`, released on drop; `pages` lists its pinned pages;
+/// `dev` is the umem's device, on which this object owns one `ib_device_try_get` reference.
 pub(crate) struct Umem {
     raw: NonNull<bindings::ib_umem>,
     pages: PageList,
+    dev: NonNull<bindings::ib_device>,
 }
 
 // SAFETY: A umem may be released from any thread.
@@ -166,6 +172,12 @@ impl Umem {
         access: u32,
     ) -> Result<Self> {
         let len_us = usize::try_from(len).map_err(|_| EINVAL)?;
+        // SAFETY: The device is live (a verbs call is running on it).
+        if !unsafe { bindings::ib_device_try_get(dev.as_raw()) } {
+            return Err(ENODEV);
+        }
+        // SAFETY: `dev` is not null (it is a live device).
+        let dev_ref = DevRef(unsafe { NonNull::new_unchecked(dev.as_raw()) });
         // SAFETY: FFI call on a live device from the registering process's context.
         let raw = unsafe {
             bindings::ib_umem_get_attr_or_va(
@@ -212,7 +224,8 @@ impl Umem {
             unsafe { bindings::ib_umem_release(raw.as_ptr()) };
             return Err(EFAULT);
         }
-        // INVARIANT: The umem pins exactly the pages covering `[addr, addr + len)`.
+        // INVARIANT: The umem pins exactly the pages covering `[addr, addr + len)`; the device
+        // reference moves into the umem.
         Ok(Self {
             raw,
             pages: PageList {
@@ -220,6 +233,7 @@ impl Umem {
                 offset,
                 len: len_us,
             },
+            dev: core::mem::ManuallyDrop::new(dev_ref).0,
         })
     }
 
@@ -232,7 +246,19 @@ impl Umem {
 impl Drop for Umem {
     fn drop(&mut self) {
         // SAFETY: The umem came from `ib_umem_get_va` and is released once; the page list
-        // dies with `self`, so no page is used after the unpin.
+        // dies with `self`, so no page is used after the unpin. The device is still
+        // registered-or-waiting: our reference holds its unregistration.
         unsafe { bindings::ib_umem_release(self.raw.as_ptr()) };
+        drop(DevRef(self.dev));
+    }
+}
+
+/// One `ib_device_try_get` reference, given back on drop.
+struct DevRef(NonNull<bindings::ib_device>);
+
+impl Drop for DevRef {
+    fn drop(&mut self) {
+        // SAFETY: The reference was taken with `ib_device_try_get` and is given back once.
+        unsafe { bindings::ib_device_put(self.0.as_ptr()) };
     }
 }
