@@ -412,10 +412,6 @@ fn transfer(dst: &[Seg], skip: usize, src: Src<'_>, len: usize) -> Result {
     Ok(())
 }
 
-fn fault_status(_f: Fault) -> u32 {
-    wc_status::LOC_PROT_ERR
-}
-
 /// Executes one send WQE of `qp`; `raw` is the whole WQE (for its SGEs or inline data).
 fn execute(
     qp: &Arc<QpShared>,
@@ -480,7 +476,8 @@ fn execute(
         let need = if is_read_like { access::LOCAL_WRITE } else { 0 };
         match resolve(qp, sges, need, segs) {
             Ok(len) => (None, len),
-            Err(f) => return Exec::Done(fault_status(f), 0),
+            // Every local key, right or range fault is a local protection error.
+            Err(_) => return Exec::Done(wc_status::LOC_PROT_ERR, 0),
         }
     };
     let data = match src {

@@ -444,17 +444,9 @@ TEST_F(rc, rnr_retry_then_receive_arrives)
 static long counter(const char *dev, const char *name)
 {
 	char path[256];
-	long v = -1;
-	FILE *f;
 
 	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, name);
-	f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
+	return read_long(path);
 }
 
 TEST_F(rc, counters_count_exactly)

@@ -235,8 +235,6 @@ FIXTURE(ud) {
 
 FIXTURE_SETUP(ud)
 {
-	struct ibv_ah_attr ah = { .is_global = 1, .port_num = 1 };
-
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
 	self->cq = ibv_create_cq(self->d.ctx, 64, NULL, NULL, 0);
@@ -250,10 +248,7 @@ FIXTURE_SETUP(ud)
 	ASSERT_NE(NULL, self->buf);
 	self->mr = ibv_reg_mr(self->d.pd, self->buf, 65536, IBV_ACCESS_LOCAL_WRITE);
 	ASSERT_NE(NULL, self->mr);
-	ah.grh.dgid = self->d.gid;
-	ah.grh.sgid_index = self->d.gid_index;
-	ah.grh.hop_limit = 1;
-	self->ah = ibv_create_ah(self->d.pd, &ah);
+	self->ah = make_ah(&self->d, self->d.pd, self->d.gid_index);
 	ASSERT_NE(NULL, self->ah);
 }
 
@@ -336,14 +331,11 @@ TEST_F(ud, larger_than_mtu_is_a_length_error)
 TEST_F(ud, ah_of_another_pd_is_refused)
 {
 	struct ibv_pd *pd2 = ibv_alloc_pd(self->d.ctx);
-	struct ibv_ah_attr attr = { .is_global = 1, .port_num = 1 };
 	struct ibv_ah *ah2;
 	struct ibv_wc wc;
 
 	ASSERT_NE(NULL, pd2);
-	attr.grh.dgid = self->d.gid;
-	attr.grh.sgid_index = self->d.gid_index;
-	ah2 = ibv_create_ah(pd2, &attr);
+	ah2 = make_ah(&self->d, pd2, self->d.gid_index);
 	ASSERT_NE(NULL, ah2);
 	ibv_destroy_ah(self->ah);
 	self->ah = ah2;
@@ -357,11 +349,7 @@ TEST_F(ud, ah_of_another_pd_is_refused)
 
 TEST_F(ud, ah_with_bad_gid_index_is_refused)
 {
-	struct ibv_ah_attr attr = { .is_global = 1, .port_num = 1 };
-
-	attr.grh.dgid = self->d.gid;
-	attr.grh.sgid_index = 127;
-	EXPECT_EQ(NULL, ibv_create_ah(self->d.pd, &attr));
+	EXPECT_EQ(NULL, make_ah(&self->d, self->d.pd, 127));
 }
 
 FIXTURE(srq) {
@@ -428,7 +416,6 @@ static int srq_send(FIXTURE_DATA(srq) *self, struct ibv_ah *ah, struct ibv_qp *t
 
 TEST_F(srq, two_qps_share_receives_and_limit_fires)
 {
-	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
 	struct ibv_srq_attr attr = { .srq_limit = 3 };
 	struct pollfd pfd = { .fd = self->d.ctx->async_fd, .events = POLLIN };
 	struct ibv_async_event ev;
@@ -436,9 +423,7 @@ TEST_F(srq, two_qps_share_receives_and_limit_fires)
 	struct ibv_ah *ah;
 	struct ibv_wc wc;
 
-	aa.grh.dgid = self->d.gid;
-	aa.grh.sgid_index = self->d.gid_index;
-	ah = ibv_create_ah(self->d.pd, &aa);
+	ah = make_ah(&self->d, self->d.pd, self->d.gid_index);
 	ASSERT_NE(NULL, ah);
 	for (int i = 0; i < 6; i++)
 		ASSERT_EQ(0, post_srq_recv(self->srq, self->buf + 1024 * (i + 1), 1024,
@@ -472,15 +457,12 @@ TEST_F(srq, two_qps_share_receives_and_limit_fires)
 
 TEST_F(srq, resize_keeps_queued_receives)
 {
-	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
 	struct ibv_srq_attr attr = { .max_wr = 64 };
 	struct ibv_ah *ah;
 	struct ibv_wc wc;
 	int recv_ids = 0;
 
-	aa.grh.dgid = self->d.gid;
-	aa.grh.sgid_index = self->d.gid_index;
-	ah = ibv_create_ah(self->d.pd, &aa);
+	ah = make_ah(&self->d, self->d.pd, self->d.gid_index);
 	ASSERT_NE(NULL, ah);
 	for (int i = 0; i < 5; i++)
 		ASSERT_EQ(0, post_srq_recv(self->srq, self->buf + 1024 * (i + 1), 1024,

@@ -141,6 +141,31 @@ static int drain_recv(struct side *s)
 	return n < 0 ? -1 : 0;
 }
 
+/*
+ * Reads n bytes from the peer while draining receives: the peer's sends wait (rnr_retry 7) for
+ * receives we repost, so blocking on the socket alone could stall it forever.
+ */
+static int await_peer(struct side *s, int fd, void *p, size_t n)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	while (n) {
+		int r = poll(&pfd, 1, 1);
+		ssize_t got;
+
+		if (r < 0 || drain_recv(s))
+			return -1;
+		if (!r)
+			continue;
+		got = read(fd, p, n);
+		if (got <= 0)
+			return -1;
+		p = (char *)p + got;
+		n -= got;
+	}
+	return 0;
+}
+
 /* One round: an operation on each QP, then all their completions. */
 static int round_trip(struct side *s)
 {
@@ -215,16 +240,16 @@ static int run_side(const char *devname, int fd, unsigned int seed)
 	while (now_ms() < end)
 		if (round_trip(&s))
 			goto out;
-	/* Let the peer's last messages land, then compare the atomic counts. */
-	if (xfer(fd, &s.faa_done, 8, 1) || xfer(fd, &peer_faa, 8, 0))
-		goto out;
-	usleep(200 * 1000);
-	if (drain_recv(&s))
+	/*
+	 * Our sends have all completed, so the peer holds them; its last round may still send to
+	 * us, so keep reposting receives until it says it is done, then compare the atomic counts.
+	 */
+	if (xfer(fd, &s.faa_done, 8, 1) || await_peer(&s, fd, &peer_faa, 8) || drain_recv(&s))
 		goto out;
 	memcpy(&mine, s.buf + NQP * SLOT, 8);
 	ret = mine == peer_faa ? 0 : -1;
 	/* Stay until the peer checked too: its reads target our memory. */
-	if (xfer(fd, &ret, sizeof(ret), 1) || xfer(fd, &peer_faa, sizeof(int), 0))
+	if (xfer(fd, &ret, sizeof(ret), 1) || await_peer(&s, fd, &peer_faa, sizeof(int)))
 		ret = -1;
 out:
 	teardown(&s);

@@ -70,6 +70,8 @@ static inline int dev_listed(const char *name)
 static inline void ensure_netdevs(void)
 {
 	sh(NULL, 0, "ip link show veth0 || ip link add veth0 type veth peer name veth1;"
+		    "ip addr add 10.0.0.1/24 dev veth0 2>/dev/null;"
+		    "ip addr add 10.0.0.2/24 dev veth1 2>/dev/null;"
 		    "ip link set veth0 up; ip link set veth1 up;"
 		    "for c in all default veth0 veth1; do"
 		    " sysctl -qw net.ipv4.conf.$c.accept_local=1 net.ipv4.conf.$c.rp_filter=0; done");
@@ -83,20 +85,26 @@ static inline int link_add(const char *dev, const char *ndev)
 	return sh(NULL, 0, "rdma link add %s type rodp netdev %s", dev, ndev);
 }
 
-static inline long module_refcnt(const char *mod)
+/* The number in a one-number file (sysfs, procfs), or -1. */
+static inline long read_long(const char *path)
 {
-	char path[128];
 	long v = -1;
-	FILE *f;
+	FILE *f = fopen(path, "r");
 
-	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
-	f = fopen(path, "r");
 	if (f) {
 		if (fscanf(f, "%ld", &v) != 1)
 			v = -1;
 		fclose(f);
 	}
 	return v;
+}
+
+static inline long module_refcnt(const char *mod)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/sys/module/%s/refcnt", mod);
+	return read_long(path);
 }
 
 /*

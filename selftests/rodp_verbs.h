@@ -127,6 +127,17 @@ static inline int ud_ready(struct ibv_qp *qp, uint32_t qkey)
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 
+/* An address handle in pd for d's own GID (its QPs are reachable through it). */
+static inline struct ibv_ah *make_ah(struct dev *d, struct ibv_pd *pd, uint8_t sgid_index)
+{
+	struct ibv_ah_attr a = { .is_global = 1, .port_num = 1 };
+
+	a.grh.dgid = d->gid;
+	a.grh.sgid_index = sgid_index;
+	a.grh.hop_limit = 1;
+	return ibv_create_ah(pd, &a);
+}
+
 static inline int qp_to_err(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
