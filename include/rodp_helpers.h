@@ -50,8 +50,10 @@ void rodp_helper_devs_del(u32 id);
 void rodp_helper_devs_lock(void);
 void rodp_helper_devs_unlock(void);
 struct ib_device *rodp_helper_devs_find_gid_locked(const u8 *gid);
+struct ib_device *rodp_helper_devs_next_locked(unsigned long *idx);
 struct uverbs_attr_bundle;
 struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
 bool rodp_helper_ib_device_try_get(struct ib_device *dev);
+bool rodp_helper_virt_addr_valid(const void *p);
 
 #endif

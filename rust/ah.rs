@@ -27,7 +27,11 @@ pub(crate) struct AhShared {
 
 /// The driver data of an AH.
 pub(crate) struct Ah {
+    /// The number in the device's table; 0 for a kernel consumer's AH, which is not listed:
+    /// its sends carry the address itself (see [`Ah::kernel_av`]).
     num: u32,
+    /// A kernel consumer's AH.
+    kernel: Option<AhShared>,
     tables: Arc<Tables>,
     _token: Token,
 }
@@ -47,6 +51,21 @@ impl Ah {
         let token = dev.ahs.take()?;
         let pd = pd.data().id;
         let route = *route;
+        let Some(u) = udata else {
+            // Kernel consumers may create AHs in atomic context (ib_cm does, under its
+            // locks): nothing here allocates or sleeps.
+            return Ok(Self {
+                num: 0,
+                kernel: Some(AhShared {
+                    num: 0,
+                    pd,
+                    route,
+                    sgid,
+                }),
+                tables: dev.tables.clone(),
+                _token: token,
+            });
+        };
         let shared = dev.tables.ahs.insert(|num| {
             Ok(Arc::new(
                 AhShared {
@@ -60,21 +79,41 @@ impl Ah {
         })?;
         let ah = Self {
             num: shared.num,
+            kernel: None,
             tables: dev.tables.clone(),
             _token: token,
         };
-        if let Some(u) = udata {
-            // Older providers pass no room for the number and build the address themselves.
-            if u.outlen() >= abi::create_ah_resp(0).len() {
-                u.write(&abi::create_ah_resp(ah.num))?;
-            }
+        // Older providers pass no room for the number and build the address themselves.
+        if u.outlen() >= abi::create_ah_resp(0).len() {
+            u.write(&abi::create_ah_resp(ah.num))?;
         }
         Ok(ah)
     }
 }
 
+impl Ah {
+    /// A kernel consumer's AH: the address its UD sends carry, and its PD.
+    pub(crate) fn kernel_av(&self) -> Option<(abi::Av, u64)> {
+        self.kernel.as_ref().map(|a| (a.av(), a.pd))
+    }
+}
+
+impl AhShared {
+    /// The address as a send WQE carries it.
+    pub(crate) fn av(&self) -> abi::Av {
+        abi::Av {
+            dgid: self.route.dgid,
+            sgid: self.sgid,
+            hop_limit: self.route.hop_limit,
+            tclass: self.route.traffic_class,
+        }
+    }
+}
+
 impl Drop for Ah {
     fn drop(&mut self) {
-        self.tables.ahs.remove(self.num);
+        if self.kernel.is_none() {
+            self.tables.ahs.remove(self.num);
+        }
     }
 }

@@ -14,10 +14,11 @@ use crate::{
         link::{self, Link},
         netdev::ib_mtu_for,
         udata::Udata,
-        verbs::{device_cap, Notify, QpAttr, QpInit, Route, SrqAttr},
+        verbs::{device_cap, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SrqAttr, WcOut},
         DeviceAttr, NetDev, PortAttr,
     },
     limit::Limit,
+    mcast,
     mr::{self, MrShared},
     pd,
     qp::{self, QpShared},
@@ -84,6 +85,9 @@ pub(crate) struct Tables {
     /// AHs by number.
     #[pin]
     pub(crate) ahs: Table<AhShared>,
+    /// Multicast attachments.
+    #[pin]
+    pub(crate) groups: mcast::Groups,
     /// The device's counters.
     pub(crate) stats: Stats,
 }
@@ -124,6 +128,7 @@ impl Rodp {
                 qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
                 mrs <- Table::new(1, mr::MAX_MR),
                 ahs <- Table::new(1, ah::MAX_AH),
+                groups <- mcast::Groups::new(),
                 stats: Stats::new(),
             }),
             GFP_KERNEL,
@@ -180,6 +185,9 @@ impl ib::Driver for Rodp {
             max_srq_sge: srq::MAX_SRQ_SGE,
             max_ah: ah::MAX_AH,
             atomic_hca: true,
+            max_mcast_grp: mcast::MAX_GROUPS,
+            max_mcast_qp_attach: mcast::MAX_QP_ATTACH,
+            max_total_mcast_qp_attach: mcast::MAX_TOTAL_ATTACH,
             ..Default::default()
         }
     }
@@ -209,12 +217,16 @@ impl ib::Driver for Rodp {
 
     fn create_cq(
         dev: &Device,
-        ctx: &UContext,
+        ctx: Option<&UContext>,
         cqe: u32,
         events: &Arc<Events>,
-        udata: &mut Udata<'_>,
+        udata: Option<&mut Udata<'_>>,
     ) -> Result<(cq::Cq, u32)> {
         cq::Cq::new(dev, ctx, cqe, events, udata)
+    }
+
+    fn poll_cq(cq: &cq::Cq, out: &mut WcOut<'_>) -> usize {
+        cq.poll(out)
     }
 
     fn resize_cq(cq: &cq::Cq, ctx: &UContext, cqe: u32, udata: &mut Udata<'_>) -> Result<u32> {
@@ -239,6 +251,10 @@ impl ib::Driver for Rodp {
         access: u32,
     ) -> Result<(mr::Mr, u32)> {
         mr::Mr::register(dev, pd, start, length, iova, access)
+    }
+
+    fn get_dma_mr(dev: &Device, pd: &Pd, access: u32) -> Result<(mr::Mr, u32)> {
+        mr::Mr::dma(dev, pd, access)
     }
 
     fn dereg_mr(_mr: &mr::Mr) -> Result {
@@ -289,12 +305,12 @@ impl ib::Driver for Rodp {
     fn create_qp(
         dev: &Device,
         pd: &Pd,
-        ctx: &UContext,
+        ctx: Option<&UContext>,
         init: &mut QpInit,
         cqs: (&cq::Cq, &cq::Cq),
         srq: Option<&srq::Srq>,
         events: &Arc<Events>,
-        udata: &mut Udata<'_>,
+        udata: Option<&mut Udata<'_>>,
     ) -> Result<(qp::Qp, u32)> {
         qp::Qp::new(
             dev,
@@ -327,6 +343,26 @@ impl ib::Driver for Rodp {
 
     fn post_send(qp: &qp::Qp) -> Result {
         qp.doorbell()
+    }
+
+    fn post_send_wr(qp: &qp::Qp, wr: &SendWr<'_, ah::Ah>) -> Result {
+        qp.post_send_wr(wr)
+    }
+
+    fn post_recv_wr(qp: &qp::Qp, wr: &RecvWr<'_>) -> Result {
+        qp.post_recv_wr(wr)
+    }
+
+    fn attach_mcast(dev: &Device, qp: &qp::Qp, mgid: &[u8; 16]) -> Result {
+        // Only datagram QPs (not QP1) join groups.
+        if qp.shared.qp_type != ib::verbs::QpType::Ud {
+            return Err(EINVAL);
+        }
+        dev.tables.groups.attach(mgid, qp.shared.qpn)
+    }
+
+    fn detach_mcast(dev: &Device, qp: &qp::Qp, mgid: &[u8; 16]) -> Result {
+        dev.tables.groups.detach(mgid, qp.shared.qpn)
     }
 
     const COUNTERS: &'static [StatDesc] = &stats::NAMES;

@@ -19,6 +19,7 @@ use crate::{
             access, send_flags, wc_flags, wc_opcode, wc_status, wr_opcode, Event, QpState, QpType,
         },
     },
+    mcast,
     mr::{Fault, MrShared},
     qp::{QpShared, RecvSide, SendSide},
     stats::{packets, Counter},
@@ -210,6 +211,12 @@ fn step(qp: &Arc<QpShared>) -> Step {
         QpState::Rts => {}
         QpState::Err | QpState::Sqe => {
             flush_send(qp, q, cons, buf);
+            if qp.state() == QpState::Err && qp.srq.is_none() {
+                // A kernel consumer's receives posted after the failure (user space rings
+                // the doorbell, which flushes them itself).
+                drop(sq);
+                qp.flush_recv();
+            }
             return Step::Idle;
         }
         QpState::Sqd => {
@@ -295,6 +302,7 @@ fn step(qp: &Arc<QpShared>) -> Step {
                 ..Default::default()
             },
             false,
+            &qp.events,
         );
     }
     if status != wc_status::SUCCESS {
@@ -335,6 +343,7 @@ fn flush_send(qp: &QpShared, q: &crate::queue::Queue, cons: &mut u32, buf: &mut 
                 ..Default::default()
             },
             false,
+            &qp.events,
         );
     }
 }
@@ -385,15 +394,13 @@ fn transfer(dst: &[Seg], skip: usize, src: Src<'_>, len: usize) -> Result {
         let n = match src {
             Src::Inline(b) => {
                 let n = room.min(len - done);
-                d.mr.pages()
-                    .write(d.off + dpos, b.get(done..done + n).ok_or(EFAULT)?)?;
+                d.mr.write(d.off + dpos, b.get(done..done + n).ok_or(EFAULT)?)?;
                 n
             }
             Src::Segs(ss) => {
                 let s = ss.get(si).ok_or(EFAULT)?;
                 let n = room.min(s.len - spos).min(len - done);
-                d.mr.pages()
-                    .copy_from(d.off + dpos, s.mr.pages(), s.off + spos, n)?;
+                d.mr.copy_from(d.off + dpos, &s.mr, s.off + spos, n)?;
                 spos += n;
                 if spos == s.len {
                     si += 1;
@@ -423,7 +430,7 @@ fn execute(
 ) -> Exec {
     let op = w.opcode;
     let valid = match qp.qp_type {
-        QpType::Ud => matches!(op, wr_opcode::SEND | wr_opcode::SEND_WITH_IMM),
+        QpType::Ud | QpType::Gsi => matches!(op, wr_opcode::SEND | wr_opcode::SEND_WITH_IMM),
         _ => matches!(
             op,
             wr_opcode::SEND
@@ -505,9 +512,16 @@ fn execute(
         read_into: segs,
         ud: None,
     };
-    let dest = if qp.qp_type == QpType::Ud {
-        let Some(ah) = qp.tables.ahs.get(w.ah_num).filter(|ah| ah.pd == qp.pd) else {
-            return Exec::Done(wc_status::LOC_QP_OP_ERR, 0);
+    let dest = if qp.qp_type.is_ud() {
+        // A kernel consumer's WQE carries the address (its AH was checked when posting); a
+        // user WQE names an AH of the QP's PD.
+        let av = if qp.kernel {
+            abi::Av::parse(raw)
+        } else {
+            match qp.tables.ahs.get(w.ah_num).filter(|ah| ah.pd == qp.pd) {
+                Some(ah) => ah.av(),
+                None => return Exec::Done(wc_status::LOC_QP_OP_ERR, 0),
+            }
         };
         if len > netdev::ib_mtu_bytes(netdev::IB_MTU_4096) as usize {
             return Exec::Done(wc_status::LOC_LEN_ERR, 0);
@@ -519,14 +533,17 @@ fn execute(
         };
         msg.ud = Some(Ud {
             qkey,
-            sgid: ah.sgid,
-            dgid: ah.route.dgid,
-            hop_limit: ah.route.hop_limit,
-            tclass: ah.route.traffic_class,
+            sgid: av.sgid,
+            dgid: av.dgid,
+            hop_limit: av.hop_limit,
+            tclass: av.tclass,
         });
-        let dest = Device::with_gid_owner(&ah.route.dgid, |dev| dev.tables.qps.get(w.remote_qpn))
+        if mcast::is_multicast(&av.dgid) {
+            return Exec::Done(multicast(qp, &msg, w.remote_qpn, a.path_mtu), 0);
+        }
+        let dest = Device::with_gid_owner(&av.dgid, |dev| dev.tables.qps.get(w.remote_qpn))
             .flatten()
-            .filter(|p| p.qp_type == QpType::Ud);
+            .filter(|p| p.qp_type.is_ud());
         match dest {
             Some(d) => d,
             // Nobody listens there: a datagram is simply lost.
@@ -560,9 +577,42 @@ fn execute(
         Reply::Nak(Nak::Access) => Exec::Done(wc_status::REM_ACCESS_ERR, 0),
         Reply::Nak(Nak::Op) => Exec::Done(wc_status::REM_OP_ERR, 0),
         Reply::Rnr(t) => Exec::Rnr(t),
-        Reply::Drop if qp.qp_type == QpType::Ud => Exec::Done(wc_status::SUCCESS, 0),
+        Reply::Drop if qp.qp_type.is_ud() => Exec::Done(wc_status::SUCCESS, 0),
         Reply::Drop => Exec::NoAnswer,
     }
+}
+
+/// Delivers a datagram sent to a multicast group to every QP attached to it on the host;
+/// returns the send's completion status. (Multicast allocates its list of receivers: it is not
+/// the fast path.)
+fn multicast(qp: &QpShared, msg: &Message<'_>, qpn: u32, path_mtu: u32) -> u32 {
+    let Some(mgid) = msg.ud.map(|u| u.dgid) else {
+        return wc_status::LOC_QP_OP_ERR;
+    };
+    if qpn != mcast::MULTICAST_QPN {
+        // A group has no QP numbers: the datagram reaches nobody.
+        return wc_status::SUCCESS;
+    }
+    let mut dests = KVec::new();
+    let mut ok = true;
+    Device::for_each(|dev| {
+        let mut qpns = KVec::new();
+        ok &= dev.tables.groups.attached(&mgid, &mut qpns).is_ok();
+        for n in qpns {
+            if let Some(d) = dev.tables.qps.get(n) {
+                ok &= dests.push(d, GFP_KERNEL).is_ok();
+            }
+        }
+    });
+    if !ok {
+        return wc_status::LOC_QP_OP_ERR;
+    }
+    for d in &dests {
+        if let Reply::Ack(_) = deliver(d, msg) {
+            account(qp, d, msg.opcode, msg.len, netdev::ib_mtu_bytes(path_mtu));
+        }
+    }
+    wc_status::SUCCESS
 }
 
 /// Counts a message that `qp` completed with `dst` on both devices.
@@ -636,7 +686,7 @@ fn take_recv(dst: &QpShared, rq: &mut RecvSide) -> Result<(), Reply> {
     if dst.pop_recv(rq) {
         return Ok(());
     }
-    Err(if dst.qp_type == QpType::Ud {
+    Err(if dst.qp_type.is_ud() {
         Reply::Drop
     } else {
         Reply::Rnr(dst.min_rnr_timer.load(Acquire) as u8)
@@ -664,15 +714,21 @@ fn respond_send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Repl
     let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs) {
         Ok(n) => n,
         Err(_) => {
-            dst.rcq
-                .post(&recv_wc(dst, m, slot.wr_id, wc_status::LOC_PROT_ERR), false);
+            dst.rcq.post(
+                &recv_wc(dst, m, slot.wr_id, wc_status::LOC_PROT_ERR),
+                false,
+                &dst.events,
+            );
             return Reply::Nak(Nak::Op);
         }
     };
     let grh = if m.ud.is_some() { GRH_LEN } else { 0 };
     if m.len + grh > room {
-        dst.rcq
-            .post(&recv_wc(dst, m, slot.wr_id, wc_status::LOC_LEN_ERR), false);
+        dst.rcq.post(
+            &recv_wc(dst, m, slot.wr_id, wc_status::LOC_LEN_ERR),
+            false,
+            &dst.events,
+        );
         return if m.ud.is_some() {
             Reply::Drop
         } else {
@@ -697,7 +753,7 @@ fn respond_send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Repl
         wc.imm_data = m.imm;
     }
     wc.wc_flags = flags;
-    dst.rcq.post(&wc, m.solicited);
+    dst.rcq.post(&wc, m.solicited, &dst.events);
     Reply::Ack(0)
 }
 
@@ -751,7 +807,7 @@ fn respond_write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Rep
         wc.byte_len = m.len as u32;
         wc.wc_flags = wc_flags::WITH_IMM;
         wc.imm_data = m.imm;
-        dst.rcq.post(&wc, m.solicited);
+        dst.rcq.post(&wc, m.solicited, &dst.events);
     }
     Reply::Ack(0)
 }
@@ -789,7 +845,7 @@ fn respond_atomic(dst: &QpShared, m: &Message<'_>) -> Reply {
         Ok(t) => t,
         Err(r) => return r,
     };
-    match mr.pages().atomic(off, op) {
+    match mr.atomic(off, op) {
         Ok(orig) => Reply::Ack(orig),
         Err(_) => Reply::Nak(Nak::InvReq),
     }

@@ -10,6 +10,7 @@ pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod gid;
 pub(crate) mod hw_stats;
+pub(crate) mod kmem;
 pub(crate) mod link;
 pub(crate) mod mmap;
 pub(crate) mod netdev;

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (rxe's `rxe_mr.c`): pinned user memory, keys, access checks.
+//! Memory regions (rxe's `rxe_mr.c`): pinned user memory, the DMA MR of kernel PDs, keys,
+//! access checks, and the copies and atomics the engine performs on their memory.
 //!
 //! A key is `index << 8 | variant`: the index finds the MR in the device's table; the variant
 //! byte changes each time an index is reused, so a stale key does not reach a new MR.
 
 use crate::{
     device::{Device, Pd, Tables},
-    ib::{umem::PageList, umem::Umem, verbs::access},
+    ib::{
+        kmem,
+        umem::{AtomicOp, Umem},
+        verbs::access,
+    },
     limit::Token,
 };
 use kernel::{
@@ -42,6 +47,14 @@ pub(crate) enum Fault {
     Range,
 }
 
+/// The memory behind an MR.
+enum Memory {
+    /// Pinned user pages; offsets count from the MR's start.
+    Pinned(Umem),
+    /// Kernel memory of a kernel consumer (the DMA MR); offsets are kernel virtual addresses.
+    Kernel,
+}
+
 /// An MR as the engine sees it.
 pub(crate) struct MrShared {
     /// lkey = rkey.
@@ -50,7 +63,7 @@ pub(crate) struct MrShared {
     access: u32,
     iova: u64,
     length: u64,
-    umem: Umem,
+    mem: Memory,
 }
 
 /// The driver data of an MR.
@@ -79,6 +92,28 @@ impl Mr {
         }
         let token = dev.mrs.take()?;
         let umem = Umem::get(dev, start, length, acc)?;
+        Self::insert(dev, pd, token, acc, iova, length, Memory::Pinned(umem))
+    }
+
+    /// The DMA MR of a kernel PD (`ib_alloc_pd`): all kernel memory, for local access only
+    /// (rodp offers no global rkey).
+    pub(crate) fn dma(dev: &Device, pd: &Pd, acc: u32) -> Result<(Self, u32)> {
+        if acc & !access::LOCAL_WRITE != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        let token = dev.mrs.take()?;
+        Self::insert(dev, pd, token, acc, 0, u64::MAX, Memory::Kernel)
+    }
+
+    fn insert(
+        dev: &Device,
+        pd: &Pd,
+        token: Token,
+        acc: u32,
+        iova: u64,
+        length: u64,
+        mem: Memory,
+    ) -> Result<(Self, u32)> {
         let pd_id = pd.data().id;
         let variant = VARIANT.fetch_add(1, Relaxed) & 0xff;
         let shared = dev.tables.mrs.insert(|index| {
@@ -89,7 +124,7 @@ impl Mr {
                     access: acc,
                     iova,
                     length,
-                    umem,
+                    mem,
                 },
                 GFP_KERNEL,
             )?)
@@ -126,14 +161,62 @@ impl MrShared {
         }
         let off = addr.checked_sub(self.iova).ok_or(Fault::Range)?;
         match off.checked_add(len) {
-            Some(end) if end <= self.length => Ok(off as usize),
-            _ => Err(Fault::Range),
+            Some(end) if end <= self.length => {}
+            _ => return Err(Fault::Range),
+        }
+        // A kernel consumer's address must be memory rodp may touch (see `kmem`).
+        if matches!(self.mem, Memory::Kernel) && !kmem::valid(off, len as usize) {
+            return Err(Fault::Range);
+        }
+        Ok(off as usize)
+    }
+
+    /// Copies `data` to offset `off` (as returned by [`MrShared::check`]).
+    pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
+        match &self.mem {
+            Memory::Pinned(u) => u.pages().write(off, data),
+            Memory::Kernel => kmem::write(off as u64, data),
         }
     }
 
-    /// The memory behind the MR.
-    pub(crate) fn pages(&self) -> &PageList {
-        self.umem.pages()
+    /// Copies `out.len()` bytes at offset `off` into `out`.
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
+        match &self.mem {
+            Memory::Pinned(u) => u.pages().read(off, out),
+            Memory::Kernel => kmem::read(off as u64, out),
+        }
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned MRs,
+    /// through a small bounce buffer when kernel memory takes part.
+    pub(crate) fn copy_from(
+        &self,
+        off: usize,
+        src: &MrShared,
+        src_off: usize,
+        len: usize,
+    ) -> Result {
+        if let (Memory::Pinned(d), Memory::Pinned(s)) = (&self.mem, &src.mem) {
+            return d.pages().copy_from(off, s.pages(), src_off, len);
+        }
+        let mut bounce = [0u8; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(bounce.len());
+            src.read(src_off + done, &mut bounce[..n])?;
+            self.write(off + done, &bounce[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Performs `op` on the 64-bit word at offset `off`; returns its old value. Kernel memory
+    /// takes no atomics (its MR grants no remote access).
+    pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
+        match &self.mem {
+            Memory::Pinned(u) => u.pages().atomic(off, op),
+            Memory::Kernel => Err(EINVAL),
+        }
     }
 }
 

@@ -2,16 +2,24 @@
 
 //! Queue pairs (rxe's `rxe_qp.c`): creation with the shared send and receive rings, the IBA
 //! state machine, attributes, flushing, and the send doorbell that wakes the engine.
+//!
+//! A kernel consumer's QP (ib_mad's QP1 among them) has the same rings, in kernel memory: its
+//! `post_send` and `post_recv` write WQEs into them exactly as the rxe provider does from user
+//! space, so the engine serves both alike.
 
 use crate::{
     cq::CqShared,
     device::{Device, Pd, Tables, UContext},
     engine::{Scratch, Seg},
     ib::{
-        abi::{self, RecvWqe, Sge, Wc},
+        abi::{self, RecvWqe, SendWqe, Sge, Wc},
         event::Events,
+        kmem,
         udata::Udata,
-        verbs::{self, qp_mask, wc_status, Event, QpAttr, QpCap, QpInit, QpState, QpType, Route},
+        verbs::{
+            self, qp_mask, send_flags, wc_status, wr_opcode, Event, QpAttr, QpCap, QpInit, QpState,
+            QpType, RecvWr, Route, SendWr,
+        },
         wq,
     },
     limit::Token,
@@ -19,11 +27,11 @@ use crate::{
     srq::{recv_wqe_size, SrqShared},
 };
 use kernel::{
-    impl_has_work, new_mutex, new_work,
+    impl_has_work, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
-        Arc, Mutex,
+        Arc, Mutex, SpinLockIrq,
     },
     workqueue::{Work, WorkItem},
 };
@@ -40,6 +48,8 @@ pub(crate) const MAX_INLINE: u32 = 512;
 pub(crate) const MAX_RD_ATOMIC: u32 = 128;
 /// First QP number handed out (0 and 1 are the special QPs; rxe starts at 16).
 pub(crate) const MIN_QPN: u32 = 16;
+/// The number of the GSI QP.
+const GSI_QPN: u32 = 1;
 /// Last QP number (24 bits).
 pub(crate) const MAX_QPN: u32 = (1 << 24) - 1;
 
@@ -82,7 +92,7 @@ impl RecvSlot {
 
 /// The send side: ring and the requester's progress.
 pub(crate) struct SendSide {
-    pub(crate) queue: Option<Queue>,
+    pub(crate) queue: Option<Arc<Queue>>,
     /// The kernel's consumer index.
     pub(crate) cons: u32,
     /// Scratch space for one WQE.
@@ -104,7 +114,7 @@ pub(crate) struct SendSide {
 
 /// The receive side: ring (none with an SRQ) and the responder's scratch slot.
 pub(crate) struct RecvSide {
-    pub(crate) queue: Option<Queue>,
+    pub(crate) queue: Option<Arc<Queue>>,
     /// The kernel's consumer index.
     pub(crate) cons: u32,
     /// Whether the first message since RTR was seen (`IB_EVENT_COMM_EST`).
@@ -126,6 +136,8 @@ pub(crate) struct QpShared {
     pub(crate) pd: u64,
     /// Whether every send WR completes.
     pub(crate) sig_all: bool,
+    /// A kernel consumer's QP: its UD WQEs carry their address (see [`abi::Av`]).
+    pub(crate) kernel: bool,
     /// Limits of the send ring.
     pub(crate) max_send_sge: u32,
     /// Inline bytes per send WR.
@@ -180,7 +192,48 @@ impl WorkItem for QpShared {
 pub(crate) struct Qp {
     pub(crate) shared: Arc<QpShared>,
     init: QpInit,
+    /// The producer side of a kernel consumer's rings.
+    kernel: Option<Pin<KBox<KernelPost>>>,
     _token: Token,
+}
+
+/// One ring a kernel consumer posts to, and room to build a WQE.
+struct Producer {
+    queue: Arc<Queue>,
+    buf: KVec<u8>,
+}
+
+impl Producer {
+    fn new(queue: &Arc<Queue>) -> Result<Self> {
+        Ok(Self {
+            queue: queue.clone(),
+            buf: KVec::from_elem(0u8, queue.elem_size(), GFP_KERNEL)?,
+        })
+    }
+
+    /// Publishes the WQE built in `buf` (`len` bytes); `ENOMEM` when the ring is full.
+    fn push(&mut self, len: usize) -> Result {
+        let q = &self.queue;
+        // Only this producer (under its lock) and a reset to RESET move the published index.
+        let prod = q.producer();
+        let next = q.next(prod);
+        if next == q.consumer() {
+            return Err(ENOMEM);
+        }
+        q.write(prod, self.buf.get(..len).ok_or(EINVAL)?)?;
+        q.set_producer(next);
+        Ok(())
+    }
+}
+
+/// The producer side of a kernel consumer's QP; posting may happen in atomic context.
+#[pin_data]
+struct KernelPost {
+    #[pin]
+    send: SpinLockIrq<Producer>,
+    /// `None` with an SRQ.
+    #[pin]
+    recv: SpinLockIrq<Option<Producer>>,
 }
 
 /// Size of a send WQE with room for `sge` entries or `inline` bytes.
@@ -200,35 +253,42 @@ fn check_cap(cap: &QpCap, has_srq: bool) -> Result {
 }
 
 impl Qp {
-    /// Creates an RC or UD QP with its rings.
+    /// Creates an RC or UD QP with its rings, or for a kernel consumer also the GSI QP.
     #[expect(clippy::too_many_arguments)]
     pub(crate) fn new(
         dev: &Device,
         pd: &Pd,
-        ctx: &UContext,
+        ctx: Option<&UContext>,
         init: &mut QpInit,
         cqs: (&Arc<CqShared>, &Arc<CqShared>),
         srq: Option<&Arc<SrqShared>>,
         events: &Arc<Events>,
-        udata: &mut Udata<'_>,
+        mut udata: Option<&mut Udata<'_>>,
     ) -> Result<(Self, u32)> {
         match init.qp_type {
             QpType::Rc | QpType::Ud => {}
+            QpType::Gsi if ctx.is_none() => {}
             _ => return Err(EOPNOTSUPP),
         }
         if init.create_flags != 0 {
             return Err(EOPNOTSUPP);
         }
         check_cap(&init.cap, init.has_srq)?;
-        if udata.outlen() < 2 * abi::MmInfo::SIZE {
+        if udata
+            .as_ref()
+            .is_some_and(|u| u.outlen() < 2 * abi::MmInfo::SIZE)
+        {
             return Err(EINVAL);
         }
         let token = dev.qps.take()?;
         let cap = &mut init.cap;
-        let sq = Queue::new(
-            ctx,
-            cap.max_send_wr,
-            send_wqe_size(cap.max_send_sge, cap.max_inline_data),
+        let sq = Arc::new(
+            Queue::new(
+                ctx,
+                cap.max_send_wr,
+                send_wqe_size(cap.max_send_sge, cap.max_inline_data),
+            )?,
+            GFP_KERNEL,
         )?;
         cap.max_send_wr = sq.capacity();
         let max_recv_sge = cap.max_recv_sge.max(1);
@@ -239,10 +299,26 @@ impl Qp {
         } else {
             let q = Queue::new(ctx, cap.max_recv_wr, recv_wqe_size(max_recv_sge))?;
             cap.max_recv_wr = q.capacity();
-            Some(q)
+            Some(Arc::new(q, GFP_KERNEL)?)
         };
-        let rq_mi = rq.as_ref().map(Queue::mm_info).unwrap_or_default();
-        udata.write(&abi::create_qp_resp(rq_mi, sq.mm_info()))?;
+        if let Some(u) = udata.as_mut() {
+            let rq_mi = rq.as_deref().map(Queue::mm_info).unwrap_or_default();
+            u.write(&abi::create_qp_resp(rq_mi, sq.mm_info()))?;
+        }
+        let kernel = match udata {
+            Some(_) => None,
+            None => {
+                let send = Producer::new(&sq)?;
+                let recv = rq.as_ref().map(Producer::new).transpose()?;
+                Some(KBox::pin_init(
+                    pin_init!(KernelPost {
+                        send <- new_spinlock_irq!(send),
+                        recv <- new_spinlock_irq!(recv),
+                    }),
+                    GFP_KERNEL,
+                )?)
+            }
+        };
         let buf = KVec::from_elem(0u8, sq.elem_size(), GFP_KERNEL)?;
         let recv_sge = srq.map_or(max_recv_sge, |s| s.max_sge);
         let recv_slot = RecvSlot::new(recv_sge)?;
@@ -250,13 +326,15 @@ impl Qp {
         let scratch = Scratch::new(init.cap.max_send_sge.max(1))?;
         let i = *init;
         let pd = pd.data().id;
-        let shared = dev.tables.qps.insert(|qpn| {
+        let is_kernel = kernel.is_some();
+        let make = |qpn| {
             Arc::pin_init(
                 pin_init!(QpShared {
                     qpn,
                     qp_type: i.qp_type,
                     pd,
                     sig_all: i.sig_all,
+                    kernel: is_kernel,
                     max_send_sge: i.cap.max_send_sge,
                     max_inline: i.cap.max_inline_data,
                     max_recv_sge,
@@ -295,16 +373,117 @@ impl Qp {
                 }),
                 GFP_KERNEL,
             )
-        })?;
+        };
+        let shared = if i.qp_type == QpType::Gsi {
+            dev.tables.qps.insert_at(GSI_QPN, make)?
+        } else {
+            dev.tables.qps.insert(make)?
+        };
         let qpn = shared.qpn;
         Ok((
             Self {
                 shared,
                 init: *init,
+                kernel,
                 _token: token,
             },
             qpn,
         ))
+    }
+
+    /// Queues a kernel consumer's send WR (any context; the doorbell follows).
+    pub(crate) fn post_send_wr(&self, wr: &SendWr<'_, crate::ah::Ah>) -> Result {
+        let s = &self.shared;
+        let k = self.kernel.as_ref().ok_or(EINVAL)?;
+        if matches!(s.state(), QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(EINVAL);
+        }
+        let n = wr.sges.len();
+        if n > s.max_send_sge as usize {
+            return Err(EINVAL);
+        }
+        let length: u64 = wr.sges.iter().map(|g| u64::from(g.length)).sum();
+        let length = u32::try_from(length).map_err(|_| EINVAL)?;
+        let mut wqe = SendWqe {
+            length,
+            num_sge: n as u32,
+            ..wr.wqe
+        };
+        let av = if s.qp_type.is_ud() {
+            let (av, pd) = wr.ah.and_then(|a| a.kernel_av()).ok_or(EINVAL)?;
+            if pd != s.pd {
+                return Err(EINVAL);
+            }
+            Some(av)
+        } else {
+            None
+        };
+        let read_like = matches!(
+            wqe.opcode,
+            wr_opcode::RDMA_READ | wr_opcode::ATOMIC_CMP_AND_SWP | wr_opcode::ATOMIC_FETCH_AND_ADD
+        );
+        let inline = wqe.send_flags & send_flags::INLINE != 0 && !read_like;
+        if inline && length > s.max_inline {
+            return Err(EINVAL);
+        }
+        let mut p = k.send.lock();
+        let b = &mut p.buf;
+        b.fill(0);
+        if inline {
+            // The data is copied now, as a device would read it at posting time.
+            wqe.num_sge = 0;
+            let mut at = abi::SEND_WQE_HEADER;
+            for g in wr.sges.iter() {
+                let end = at + g.length as usize;
+                kmem::read(g.addr, b.get_mut(at..end).ok_or(EINVAL)?)?;
+                at = end;
+            }
+        } else {
+            for (idx, g) in wr.sges.iter().enumerate() {
+                g.write(b, abi::SEND_WQE_HEADER, idx);
+            }
+        }
+        wqe.write(b, av.is_some());
+        if let Some(av) = av {
+            av.write(b);
+        }
+        let len = send_wqe_size(n as u32, if inline { length } else { 0 });
+        p.push(len)
+    }
+
+    /// Queues a kernel consumer's receive WR (any context).
+    pub(crate) fn post_recv_wr(&self, wr: &RecvWr<'_>) -> Result {
+        let s = &self.shared;
+        let k = self.kernel.as_ref().ok_or(EINVAL)?;
+        let state = s.state();
+        if state == QpState::Reset {
+            return Err(EINVAL);
+        }
+        let n = wr.sges.len();
+        if n > s.max_recv_sge as usize {
+            return Err(EINVAL);
+        }
+        let mut guard = k.recv.lock();
+        // A QP on an SRQ takes its receives from there.
+        let Some(p) = &mut *guard else {
+            return Err(EINVAL);
+        };
+        let b = &mut p.buf;
+        RecvWqe {
+            wr_id: wr.wr_id,
+            num_sge: n as u32,
+        }
+        .write(b);
+        for (idx, g) in wr.sges.iter().enumerate() {
+            g.write(b, abi::RECV_WQE_HEADER, idx);
+        }
+        p.push(recv_wqe_size(n as u32))?;
+        drop(guard);
+        if state == QpState::Err {
+            // Flushed by the engine (this may run in atomic context).
+            s.kick();
+        }
+        Ok(())
     }
 
     /// Applies `attr` under `mask`, following the IBA state machine.
@@ -442,6 +621,7 @@ impl Qp {
             sq.peer = None;
         }
         s.rq.lock().queue = None;
+        s.tables.groups.detach_qp(s.qpn);
         s.tables.qps.remove(s.qpn);
     }
 
@@ -452,8 +632,9 @@ impl Qp {
         match s.state() {
             QpState::Reset | QpState::Init | QpState::Rtr => return Err(EINVAL),
             // Receives posted after the QP failed are flushed too (user space has no other
-            // way to tell the kernel about them).
-            QpState::Err if s.srq.is_none() => s.flush_recv(),
+            // way to tell the kernel about them). Kernel consumers may post in atomic
+            // context: the engine flushes theirs.
+            QpState::Err if s.srq.is_none() && self.kernel.is_none() => s.flush_recv(),
             _ => {}
         }
         s.kick();
@@ -578,6 +759,7 @@ impl QpShared {
                     ..Default::default()
                 },
                 false,
+                &self.events,
             );
         }
         rq.cons = cons;

@@ -22,7 +22,8 @@ pub(crate) struct Queue {
 
 impl Queue {
     /// A ring with room for at least `num_elem` elements of `elem_size` bytes.
-    pub(crate) fn new(ctx: &UContext, num_elem: u32, elem_size: usize) -> Result<Self> {
+    /// `ctx` is the user context that maps it; a ring of a kernel consumer's object has none.
+    pub(crate) fn new(ctx: Option<&UContext>, num_elem: u32, elem_size: usize) -> Result<Self> {
         let slots = num_elem
             .checked_add(1)
             .and_then(u32::checked_next_power_of_two)
@@ -32,7 +33,10 @@ impl Queue {
             .checked_mul(elem)
             .and_then(|d| d.checked_add(abi::QUEUE_HEADER))
             .ok_or(EINVAL)?;
-        let buf = Handle::new(ctx, size)?;
+        let buf = match ctx {
+            Some(ctx) => Handle::new(ctx, size)?,
+            None => Handle::kernel(size)?,
+        };
         let q = Self {
             buf,
             log2_elem: elem.trailing_zeros(),
@@ -111,17 +115,23 @@ impl Queue {
         self.buf.write(self.slot(i), data)
     }
 
-    /// Moves the elements from `cons` to `prod` of `old` to the start of `self`; returns how
-    /// many (a resize keeps what was queued).
-    pub(crate) fn take_from(&self, old: &Queue, mut cons: u32, prod: u32) -> Result<u32> {
+    /// Moves the elements from `cons` to `prod` of `old` to the start of `self`, `tmp.len()`
+    /// bytes of each (at most a slot of either ring); returns how many (a resize keeps what was
+    /// queued).
+    pub(crate) fn take_from(
+        &self,
+        old: &Queue,
+        mut cons: u32,
+        prod: u32,
+        tmp: &mut [u8],
+    ) -> Result<u32> {
         let n = old.count(prod, cons);
         if n > self.capacity() {
             return Err(EINVAL);
         }
-        let mut tmp = KVec::from_elem(0u8, old.elem_size().min(self.elem_size()), GFP_KERNEL)?;
         for i in 0..n {
-            old.read(cons, &mut tmp)?;
-            self.write(i, &tmp)?;
+            old.read(cons, tmp)?;
+            self.write(i, tmp)?;
             cons = old.next(cons);
         }
         Ok(n)

@@ -12,6 +12,7 @@ mod device;
 mod engine;
 mod ib;
 mod limit;
+mod mcast;
 mod mr;
 mod pd;
 mod qp;

@@ -78,7 +78,7 @@ impl Srq {
         }
         let max_sge = attr.max_sge.max(1);
         let token = dev.srqs.take()?;
-        let queue = Queue::new(ctx, attr.max_wr, recv_wqe_size(max_sge))?;
+        let queue = Queue::new(Some(ctx), attr.max_wr, recv_wqe_size(max_sge))?;
         attr.max_wr = queue.capacity();
         attr.max_sge = max_sge;
         udata.write(&abi::create_srq_resp(queue.mm_info(), 0))?;
@@ -137,8 +137,9 @@ impl Srq {
             let mut cmd = [0u8; abi::MODIFY_SRQ_CMD];
             udata.read(&mut cmd)?;
             let addr = abi::modify_srq_mmap_info_addr(&cmd);
-            let new = Queue::new(ctx, max_wr, recv_wqe_size(self.shared.max_sge))?;
-            let n = new.take_from(old, s.cons, prod)?;
+            let new = Queue::new(Some(ctx), max_wr, recv_wqe_size(self.shared.max_sge))?;
+            let mut tmp = KVec::from_elem(0u8, old.elem_size().min(new.elem_size()), GFP_KERNEL)?;
+            let n = new.take_from(old, s.cons, prod, &mut tmp)?;
             udata::write_user(addr, &new.mm_info().to_bytes())?;
             new.set_producer(n);
             s.cons = 0;

@@ -50,6 +50,25 @@ impl<T: Send + Sync + 'static> Table<T> {
             }
         }
         let id = found.ok_or(ENOMEM)?;
+        self.store(id, make)
+    }
+
+    /// Builds the object for the fixed number `id` (outside `[min, max]`, such as QP1) with
+    /// `make` and stores it; `EBUSY` if the number is taken.
+    pub(crate) fn insert_at(
+        &self,
+        id: u32,
+        make: impl FnOnce(u32) -> Result<Arc<T>>,
+    ) -> Result<Arc<T>> {
+        let _cursor = self.cursor.lock();
+        if self.xa.lock().get(id as usize).is_some() {
+            return Err(EBUSY);
+        }
+        self.store(id, make)
+    }
+
+    /// Builds and stores the object for the free number `id`; the caller holds the cursor.
+    fn store(&self, id: u32, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<Arc<T>> {
         let obj = make(id)?;
         self.xa
             .lock()
@@ -110,6 +129,24 @@ mod tests {
         insert(&t)?;
         insert(&t)?;
         assert_eq!(insert(&t), Err(ENOMEM));
+        Ok(())
+    }
+
+    #[test]
+    fn a_fixed_number_is_taken_once() -> Result {
+        let t = table(16, 20)?;
+        assert_eq!(
+            t.insert_at(1, |id| Ok(Arc::new(id, GFP_KERNEL)?))?.as_ref(),
+            &1
+        );
+        assert_eq!(
+            t.insert_at(1, |id| Ok(Arc::new(id, GFP_KERNEL)?)).err(),
+            Some(EBUSY)
+        );
+        // The cyclic numbers stay in their range.
+        assert_eq!(insert(&t)?, 16);
+        t.remove(1);
+        assert!(t.insert_at(1, |id| Ok(Arc::new(id, GFP_KERNEL)?)).is_ok());
         Ok(())
     }
 

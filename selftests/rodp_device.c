@@ -65,7 +65,9 @@ TEST_F(dev, query_device_is_honest)
 	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
 	/* Nothing that is not implemented yet is advertised. */
 	EXPECT_EQ(0, a.max_mw);
-	EXPECT_EQ(0, a.max_mcast_grp);
+	EXPECT_EQ(8192, a.max_mcast_grp);
+	EXPECT_EQ(56, a.max_mcast_qp_attach);
+	EXPECT_EQ(8192 * 56, a.max_total_mcast_qp_attach);
 	EXPECT_EQ(0, a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS));
 }
 

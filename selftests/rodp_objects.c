@@ -306,6 +306,68 @@ TEST_F(ud, send_with_grh)
 	EXPECT_EQ(0, memcmp(self->buf, self->buf + 4096 + 40, 1000));
 }
 
+/* Sends len bytes from qp[0] to QP qpn through ah. */
+static int ud_send_to(FIXTURE_DATA(ud) *self, struct ibv_ah *ah, uint32_t qpn, uint32_t len)
+{
+	struct ibv_sge sge = { (uintptr_t)self->buf, len, self->mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	return ibv_post_send(self->qp[0], &wr, &bad);
+}
+
+TEST_F(ud, multicast_reaches_attached_qps)
+{
+	/* ::ffff:224.0.1.1, the group rdma_cm would join for 224.0.1.1 on RoCEv2. */
+	union ibv_gid mgid = { .raw = { [10] = 0xff, [11] = 0xff, 224, 0, 1, 1 } };
+	struct ibv_ah_attr a = { .is_global = 1, .port_num = 1 };
+	struct ibv_qp *rc = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	struct ibv_ah *mah;
+	struct ibv_wc wc;
+	int recvs = 0;
+
+	/* Only UD QPs join, only multicast GIDs are groups, detaching twice fails. */
+	ASSERT_NE(NULL, rc);
+	EXPECT_NE(0, ibv_attach_mcast(rc, &mgid, 0));
+	EXPECT_NE(0, ibv_attach_mcast(self->qp[1], &self->d.gid, 0));
+	ibv_destroy_qp(rc);
+	ASSERT_EQ(0, ibv_attach_mcast(self->qp[1], &mgid, 0));
+	ASSERT_EQ(0, ibv_attach_mcast(self->qp[1], &mgid, 0));
+	a.grh.dgid = mgid;
+	a.grh.sgid_index = self->d.gid_index;
+	a.grh.hop_limit = 1;
+	mah = ibv_create_ah(self->d.pd, &a);
+	ASSERT_NE(NULL, mah);
+	fill(self->buf, 500, 21);
+	ASSERT_EQ(0, post_recv(self->qp[1], self->buf + 4096, 2048, self->mr->lkey, 2));
+	ASSERT_EQ(0, ud_send_to(self, mah, 0xffffff, 500));
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(1, poll1(self->cq, &wc, 10000));
+		EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+		if (wc.opcode == IBV_WC_RECV) {
+			recvs++;
+			EXPECT_EQ(540, wc.byte_len);
+			EXPECT_EQ(self->qp[1]->qp_num, wc.qp_num);
+		}
+	}
+	EXPECT_EQ(1, recvs);
+	EXPECT_EQ(0, memcmp(self->buf, self->buf + 4096 + 40, 500));
+	/* The group's address in the GRH's IPv4 header. */
+	EXPECT_EQ(0, memcmp(self->buf + 4096 + 36, mgid.raw + 12, 4));
+	/* Detached: the datagram reaches nobody, the send still completes. */
+	EXPECT_EQ(0, ibv_detach_mcast(self->qp[1], &mgid, 0));
+	EXPECT_NE(0, ibv_detach_mcast(self->qp[1], &mgid, 0));
+	ASSERT_EQ(0, post_recv(self->qp[1], self->buf + 4096, 2048, self->mr->lkey, 3));
+	ASSERT_EQ(0, ud_send_to(self, mah, 0xffffff, 500));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 10000));
+	EXPECT_EQ(IBV_WC_SEND, wc.opcode);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
+	ibv_destroy_ah(mah);
+}
+
 TEST_F(ud, wrong_qkey_is_dropped)
 {
 	struct ibv_wc wc;

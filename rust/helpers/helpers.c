@@ -287,6 +287,19 @@ struct ib_device *rodp_helper_devs_find_gid_locked(const u8 *gid)
 	return NULL;
 }
 
+/* With the lock held: the first listed device at index *idx or later, or NULL; *idx is set
+ * past it. */
+struct ib_device *rodp_helper_devs_next_locked(unsigned long *idx)
+{
+	struct ib_device *dev;
+
+	lockdep_assert_held(&rodp_devs_lock);
+	dev = xa_find(&rodp_devs, idx, ULONG_MAX, XA_PRESENT);
+	if (dev)
+		(*idx)++;
+	return dev;
+}
+
 struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
 {
 	return &attrs->driver_udata;
@@ -295,4 +308,9 @@ struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
 bool rodp_helper_ib_device_try_get(struct ib_device *dev)
 {
 	return ib_device_try_get(dev);
+}
+
+bool rodp_helper_virt_addr_valid(const void *p)
+{
+	return virt_addr_valid(p);
 }

@@ -75,6 +75,25 @@ impl Sge {
             lkey: u32_at(b, at + offset_of!(bindings::rxe_sge, lkey)),
         }
     }
+    /// Writes the entry as the `i`th of the list that starts at `off` in `b`.
+    pub(crate) fn write(&self, b: &mut [u8], off: usize, i: usize) {
+        let at = off + i * SGE_SIZE;
+        put(
+            b,
+            at + offset_of!(bindings::rxe_sge, addr),
+            &self.addr.to_ne_bytes(),
+        );
+        put(
+            b,
+            at + offset_of!(bindings::rxe_sge, length),
+            &self.length.to_ne_bytes(),
+        );
+        put(
+            b,
+            at + offset_of!(bindings::rxe_sge, lkey),
+            &self.lkey.to_ne_bytes(),
+        );
+    }
 }
 
 /// The fields of a send WQE (`struct rxe_send_wqe`) the engine uses.
@@ -108,88 +127,159 @@ pub(crate) struct SendWqe {
     pub(crate) num_sge: u32,
 }
 
+/// Offsets of the fields of `struct rxe_send_wqe`.
+struct SendOff {
+    wr_id: usize,
+    opcode: usize,
+    send_flags: usize,
+    imm: usize,
+    rdma_addr: usize,
+    rdma_rkey: usize,
+    atomic_addr: usize,
+    atomic_rkey: usize,
+    compare_add: usize,
+    swap: usize,
+    remote_qpn: usize,
+    remote_qkey: usize,
+    ah_num: usize,
+    length: usize,
+    num_sge: usize,
+}
+
+const SEND_OFF: SendOff = {
+    type W = bindings::rxe_send_wqe;
+    type R = bindings::rxe_send_wr;
+    type U = bindings::rxe_send_wr__bindgen_ty_2;
+    type Rdma = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_2;
+    type Atomic = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_3;
+    type Ud = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_4;
+    let wr = offset_of!(W, wr);
+    let u = wr + offset_of!(R, wr);
+    let rdma = u + offset_of!(U, rdma);
+    let atomic = u + offset_of!(U, atomic);
+    let ud = u + offset_of!(U, ud);
+    let dma = offset_of!(W, dma);
+    SendOff {
+        wr_id: wr + offset_of!(R, wr_id),
+        opcode: wr + offset_of!(R, opcode),
+        send_flags: wr + offset_of!(R, send_flags),
+        imm: wr + offset_of!(R, ex),
+        rdma_addr: rdma + offset_of!(Rdma, remote_addr),
+        rdma_rkey: rdma + offset_of!(Rdma, rkey),
+        atomic_addr: atomic + offset_of!(Atomic, remote_addr),
+        atomic_rkey: atomic + offset_of!(Atomic, rkey),
+        compare_add: atomic + offset_of!(Atomic, compare_add),
+        swap: atomic + offset_of!(Atomic, swap),
+        remote_qpn: ud + offset_of!(Ud, remote_qpn),
+        remote_qkey: ud + offset_of!(Ud, remote_qkey),
+        ah_num: ud + offset_of!(Ud, ah_num),
+        length: dma + offset_of!(bindings::rxe_dma_info, length),
+        num_sge: dma + offset_of!(bindings::rxe_dma_info, num_sge),
+    }
+};
+
+fn is_atomic(opcode: u32) -> bool {
+    opcode == bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP
+        || opcode == bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
+}
+
 impl SendWqe {
     /// Parses the fixed part of a send WQE.
     pub(crate) fn parse(b: &[u8]) -> Self {
-        type W = bindings::rxe_send_wqe;
-        type R = bindings::rxe_send_wr;
-        type U = bindings::rxe_send_wr__bindgen_ty_2;
-        let wr = offset_of!(W, wr);
-        let u = wr + offset_of!(R, wr);
-        let rdma = u + offset_of!(U, rdma);
-        let atomic = u + offset_of!(U, atomic);
-        let ud = u + offset_of!(U, ud);
-        let dma = offset_of!(W, dma);
-        let opcode = u32_at(b, wr + offset_of!(R, opcode));
-        let is_atomic = opcode == bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP
-            || opcode == bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD;
+        let o = &SEND_OFF;
+        let opcode = u32_at(b, o.opcode);
+        let atomic = is_atomic(opcode);
         Self {
-            wr_id: u64_at(b, wr + offset_of!(R, wr_id)),
+            wr_id: u64_at(b, o.wr_id),
             opcode,
-            send_flags: u32_at(b, wr + offset_of!(R, send_flags)),
-            imm_data: u32_at(b, wr + offset_of!(R, ex)),
-            remote_addr: if is_atomic {
-                u64_at(
-                    b,
-                    atomic
-                        + offset_of!(
-                            bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_3,
-                            remote_addr
-                        ),
-                )
-            } else {
-                u64_at(
-                    b,
-                    rdma + offset_of!(
-                        bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_2,
-                        remote_addr
-                    ),
-                )
-            },
-            rkey: if is_atomic {
-                u32_at(
-                    b,
-                    atomic + offset_of!(bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_3, rkey),
-                )
-            } else {
-                u32_at(
-                    b,
-                    rdma + offset_of!(bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_2, rkey),
-                )
-            },
-            compare_add: u64_at(
-                b,
-                atomic
-                    + offset_of!(
-                        bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_3,
-                        compare_add
-                    ),
-            ),
-            swap: u64_at(
-                b,
-                atomic + offset_of!(bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_3, swap),
-            ),
-            remote_qpn: u32_at(
-                b,
-                ud + offset_of!(
-                    bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_4,
-                    remote_qpn
-                ),
-            ),
-            remote_qkey: u32_at(
-                b,
-                ud + offset_of!(
-                    bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_4,
-                    remote_qkey
-                ),
-            ),
-            ah_num: u32_at(
-                b,
-                ud + offset_of!(bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_4, ah_num),
-            ),
-            length: u32_at(b, dma + offset_of!(bindings::rxe_dma_info, length)),
-            num_sge: u32_at(b, dma + offset_of!(bindings::rxe_dma_info, num_sge)),
+            send_flags: u32_at(b, o.send_flags),
+            imm_data: u32_at(b, o.imm),
+            remote_addr: u64_at(b, if atomic { o.atomic_addr } else { o.rdma_addr }),
+            rkey: u32_at(b, if atomic { o.atomic_rkey } else { o.rdma_rkey }),
+            compare_add: u64_at(b, o.compare_add),
+            swap: u64_at(b, o.swap),
+            remote_qpn: u32_at(b, o.remote_qpn),
+            remote_qkey: u32_at(b, o.remote_qkey),
+            ah_num: u32_at(b, o.ah_num),
+            length: u32_at(b, o.length),
+            num_sge: u32_at(b, o.num_sge),
         }
+    }
+
+    /// Writes the fixed part of a send WQE (the kernel's own rings), as `parse` reads it; `ud`
+    /// selects the datagram fields of the union.
+    pub(crate) fn write(&self, b: &mut [u8], ud: bool) {
+        let o = &SEND_OFF;
+        let atomic = is_atomic(self.opcode);
+        put(b, o.wr_id, &self.wr_id.to_ne_bytes());
+        put(b, o.opcode, &self.opcode.to_ne_bytes());
+        put(b, o.send_flags, &self.send_flags.to_ne_bytes());
+        put(b, o.imm, &self.imm_data.to_ne_bytes());
+        // The operation's part of the union: atomic, UD (an address handle) or RDMA.
+        if atomic {
+            put(b, o.atomic_addr, &self.remote_addr.to_ne_bytes());
+            put(b, o.atomic_rkey, &self.rkey.to_ne_bytes());
+            put(b, o.compare_add, &self.compare_add.to_ne_bytes());
+            put(b, o.swap, &self.swap.to_ne_bytes());
+        } else if ud {
+            put(b, o.remote_qpn, &self.remote_qpn.to_ne_bytes());
+            put(b, o.remote_qkey, &self.remote_qkey.to_ne_bytes());
+            put(b, o.ah_num, &self.ah_num.to_ne_bytes());
+        } else {
+            put(b, o.rdma_addr, &self.remote_addr.to_ne_bytes());
+            put(b, o.rdma_rkey, &self.rkey.to_ne_bytes());
+        }
+        put(b, o.length, &self.length.to_ne_bytes());
+        put(b, o.num_sge, &self.num_sge.to_ne_bytes());
+    }
+}
+
+/// The address vector in a kernel consumer's UD send WQE (rxe's `wr.ud.av`, which rxe's kernel
+/// path fills the same way): user WQEs name an AH by number instead and are never read this way.
+/// The source GID's 16 bytes are kept at the start of `sgid_addr`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Av {
+    /// Destination GID.
+    pub(crate) dgid: [u8; 16],
+    /// Source GID.
+    pub(crate) sgid: [u8; 16],
+    /// Hop limit.
+    pub(crate) hop_limit: u8,
+    /// Traffic class.
+    pub(crate) tclass: u8,
+}
+
+impl Av {
+    const AV: usize = offset_of!(bindings::rxe_send_wqe, wr)
+        + offset_of!(bindings::rxe_send_wr, wr)
+        + offset_of!(bindings::rxe_send_wr__bindgen_ty_2, ud)
+        + offset_of!(bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_4, av);
+    const GRH: usize = Self::AV + offset_of!(bindings::rxe_av, grh);
+    const DGID: usize = Self::GRH + offset_of!(bindings::rxe_global_route, dgid);
+    const HOP: usize = Self::GRH + offset_of!(bindings::rxe_global_route, hop_limit);
+    const TCLASS: usize = Self::GRH + offset_of!(bindings::rxe_global_route, traffic_class);
+    const SGID: usize = Self::AV + offset_of!(bindings::rxe_av, sgid_addr);
+
+    /// Parses the address vector of a send WQE.
+    pub(crate) fn parse(b: &[u8]) -> Self {
+        let mut av = Self::default();
+        if let Some(d) = b.get(Self::DGID..Self::DGID + 16) {
+            av.dgid.copy_from_slice(d);
+        }
+        if let Some(d) = b.get(Self::SGID..Self::SGID + 16) {
+            av.sgid.copy_from_slice(d);
+        }
+        av.hop_limit = b.get(Self::HOP).copied().unwrap_or(0);
+        av.tclass = b.get(Self::TCLASS).copied().unwrap_or(0);
+        av
+    }
+
+    /// Writes the address vector of a send WQE.
+    pub(crate) fn write(&self, b: &mut [u8]) {
+        put(b, Self::DGID, &self.dgid);
+        put(b, Self::SGID, &self.sgid);
+        put(b, Self::HOP, &[self.hop_limit]);
+        put(b, Self::TCLASS, &[self.tclass]);
     }
 }
 
@@ -203,13 +293,22 @@ pub(crate) struct RecvWqe {
 }
 
 impl RecvWqe {
+    const WR_ID: usize = offset_of!(bindings::rxe_recv_wqe, wr_id);
+    const NUM_SGE: usize =
+        offset_of!(bindings::rxe_recv_wqe, dma) + offset_of!(bindings::rxe_dma_info, num_sge);
+
     /// Parses the fixed part of a receive WQE.
     pub(crate) fn parse(b: &[u8]) -> Self {
-        let dma = offset_of!(bindings::rxe_recv_wqe, dma);
         Self {
-            wr_id: u64_at(b, offset_of!(bindings::rxe_recv_wqe, wr_id)),
-            num_sge: u32_at(b, dma + offset_of!(bindings::rxe_dma_info, num_sge)),
+            wr_id: u64_at(b, Self::WR_ID),
+            num_sge: u32_at(b, Self::NUM_SGE),
         }
+    }
+
+    /// Writes the fixed part of a receive WQE (the kernel's own rings).
+    pub(crate) fn write(&self, b: &mut [u8]) {
+        put(b, Self::WR_ID, &self.wr_id.to_ne_bytes());
+        put(b, Self::NUM_SGE, &self.num_sge.to_ne_bytes());
     }
 }
 
@@ -237,6 +336,22 @@ pub(crate) struct Wc {
 }
 
 impl Wc {
+    /// Parses an entry (the kernel's own CQ rings).
+    pub(crate) fn parse(b: &[u8]) -> Self {
+        type W = bindings::ib_uverbs_wc;
+        Self {
+            wr_id: u64_at(b, offset_of!(W, wr_id)),
+            status: u32_at(b, offset_of!(W, status)),
+            opcode: u32_at(b, offset_of!(W, opcode)),
+            byte_len: u32_at(b, offset_of!(W, byte_len)),
+            imm_data: u32_at(b, offset_of!(W, ex)),
+            qp_num: u32_at(b, offset_of!(W, qp_num)),
+            src_qp: u32_at(b, offset_of!(W, src_qp)),
+            wc_flags: u32_at(b, offset_of!(W, wc_flags)),
+            port_num: b.get(offset_of!(W, port_num)).copied().unwrap_or(0),
+        }
+    }
+
     /// Serialises the entry.
     pub(crate) fn to_bytes(&self) -> [u8; CQE_SIZE] {
         type W = bindings::ib_uverbs_wc;
@@ -433,6 +548,94 @@ mod tests {
         assert_eq!(&g[36..40], &[10, 0, 0, 2]);
         // A header with its checksum sums to 0xffff.
         assert_eq!(ipv4_checksum(&g[20..]), 0);
+    }
+
+    #[test]
+    fn send_wqe_round_trips() {
+        let mut b = [0u8; SEND_WQE_HEADER];
+        let atomic = SendWqe {
+            wr_id: 7,
+            opcode: bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP,
+            send_flags: 2,
+            remote_addr: 0x1000,
+            rkey: 0x123,
+            compare_add: 0x0102_0304_0506_0708,
+            swap: 9,
+            length: 8,
+            num_sge: 1,
+            ..Default::default()
+        };
+        atomic.write(&mut b, false);
+        let p = SendWqe::parse(&b);
+        assert_eq!((p.wr_id, p.opcode, p.send_flags), (7, atomic.opcode, 2));
+        assert_eq!((p.remote_addr, p.rkey), (0x1000, 0x123));
+        assert_eq!(
+            (p.compare_add, p.swap, p.length, p.num_sge),
+            (atomic.compare_add, 9, 8, 1)
+        );
+        let mut b = [0u8; SEND_WQE_HEADER];
+        let ud = SendWqe {
+            opcode: bindings::ib_wr_opcode_IB_WR_SEND,
+            remote_qpn: 1,
+            remote_qkey: 0x8001_0000,
+            // A kernel WQE names no AH (it carries the address).
+            ah_num: 0,
+            ..Default::default()
+        };
+        ud.write(&mut b, true);
+        let p = SendWqe::parse(&b);
+        assert_eq!((p.remote_qpn, p.remote_qkey, p.ah_num), (1, 0x8001_0000, 0));
+        let av = Av {
+            dgid: [1; 16],
+            sgid: [2; 16],
+            hop_limit: 64,
+            tclass: 3,
+        };
+        av.write(&mut b);
+        let q = Av::parse(&b);
+        assert_eq!(
+            (q.dgid, q.sgid, q.hop_limit, q.tclass),
+            (av.dgid, av.sgid, 64, 3)
+        );
+        // The address vector leaves the WQE's other fields alone.
+        assert_eq!(SendWqe::parse(&b).remote_qkey, 0x8001_0000);
+        let mut r = [0u8; RECV_WQE_HEADER + SGE_SIZE];
+        RecvWqe {
+            wr_id: 3,
+            num_sge: 1,
+        }
+        .write(&mut r);
+        let sge = Sge {
+            addr: 0xffff_8880_0000_1000,
+            length: 256,
+            lkey: 0x100,
+        };
+        sge.write(&mut r, RECV_WQE_HEADER, 0);
+        let w = RecvWqe::parse(&r);
+        let s = Sge::parse(&r, RECV_WQE_HEADER, 0);
+        assert_eq!((w.wr_id, w.num_sge), (3, 1));
+        assert_eq!((s.addr, s.length, s.lkey), (sge.addr, 256, 0x100));
+    }
+
+    #[test]
+    fn wc_round_trips() {
+        let wc = Wc {
+            wr_id: 1,
+            status: 4,
+            opcode: 128,
+            byte_len: 296,
+            imm_data: 0x1234,
+            qp_num: 1,
+            src_qp: 1,
+            wc_flags: 1,
+            port_num: 1,
+        };
+        let p = Wc::parse(&wc.to_bytes());
+        assert_eq!((p.wr_id, p.status, p.opcode, p.byte_len), (1, 4, 128, 296));
+        assert_eq!(
+            (p.imm_data, p.qp_num, p.src_qp, p.wc_flags, p.port_num),
+            (0x1234, 1, 1, 1, 1)
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::{
     netdev::{NetDev, NetDevRef},
     object::{Ah, Cq, Pd, Qp, Srq, UContext},
     udata::Udata,
-    verbs::{Notify, QpAttr, QpInit, Route, SrqAttr},
+    verbs::{Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SrqAttr, WcOut},
 };
 use crate::bindings;
 use core::{mem::offset_of, ptr::addr_of_mut};
@@ -74,6 +74,12 @@ pub(crate) struct DeviceAttr {
     pub(crate) max_ah: u32,
     /// Whether atomics are atomic with respect to this device (`IB_ATOMIC_HCA`).
     pub(crate) atomic_hca: bool,
+    /// Multicast groups.
+    pub(crate) max_mcast_grp: u32,
+    /// QPs per multicast group.
+    pub(crate) max_mcast_qp_attach: u32,
+    /// Multicast attachments in all.
+    pub(crate) max_total_mcast_qp_attach: u32,
 }
 
 /// Port attributes a driver reports from `query_port`.
@@ -126,14 +132,18 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Creates the data of a new protection domain.
     fn alloc_pd(dev: &Device<Self>, ctx: Option<&UContext<Self>>) -> Result<Self::Pd>;
 
-    /// Creates a user CQ of at least `cqe` entries; returns its data and the actual depth.
+    /// Creates a CQ of at least `cqe` entries, for user space (`ctx` and `udata`) or for a
+    /// kernel consumer (neither); returns its data and the actual depth.
     fn create_cq(
         dev: &Device<Self>,
-        ctx: &UContext<Self>,
+        ctx: Option<&UContext<Self>>,
         cqe: u32,
         events: &Arc<Events>,
-        udata: &mut Udata<'_>,
+        udata: Option<&mut Udata<'_>>,
     ) -> Result<(Self::Cq, u32)>;
+
+    /// Takes up to `out.len()` completions from a kernel CQ; returns how many were written.
+    fn poll_cq(cq: &Self::Cq, out: &mut WcOut<'_>) -> usize;
 
     /// Resizes a user CQ to at least `cqe` entries; returns the actual depth.
     fn resize_cq(
@@ -158,6 +168,10 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         iova: u64,
         access: u32,
     ) -> Result<(Self::Mr, u32)>;
+
+    /// Creates the DMA MR of a kernel PD: kernel memory by its virtual DMA address (see
+    /// [`super::kmem`]); returns the MR data and its key.
+    fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: u32) -> Result<(Self::Mr, u32)>;
 
     /// Prepares an MR for deregistration; an error keeps it registered.
     fn dereg_mr(mr: &Self::Mr) -> Result;
@@ -198,17 +212,17 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Prepares an SRQ for destruction.
     fn destroy_srq(srq: &Self::Srq) -> Result;
 
-    /// Creates a user QP; `init.cap` is updated to what was allocated. Returns the data and
-    /// the QP number.
+    /// Creates a QP, for user space (`ctx` and `udata`) or a kernel consumer (neither);
+    /// `init.cap` is updated to what was allocated. Returns the data and the QP number.
     fn create_qp(
         dev: &Device<Self>,
         pd: &Pd<Self>,
-        ctx: &UContext<Self>,
+        ctx: Option<&UContext<Self>>,
         init: &mut QpInit,
         cqs: (&Self::Cq, &Self::Cq),
         srq: Option<&Self::Srq>,
         events: &Arc<Events>,
-        udata: &mut Udata<'_>,
+        udata: Option<&mut Udata<'_>>,
     ) -> Result<(Self::Qp, u32)>;
 
     /// Modifies a QP.
@@ -220,8 +234,21 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Prepares a QP for destruction: no completion or event follows it.
     fn destroy_qp(qp: &Self::Qp) -> Result;
 
-    /// The send doorbell of a user QP (`POST_SEND` with no WRs).
+    /// The send doorbell (`POST_SEND` with no WRs from user space; after a kernel consumer's
+    /// list of WRs).
     fn post_send(qp: &Self::Qp) -> Result;
+
+    /// Queues a kernel consumer's send WR; may be called in atomic context.
+    fn post_send_wr(qp: &Self::Qp, wr: &SendWr<'_, Self::Ah>) -> Result;
+
+    /// Queues a kernel consumer's receive WR; may be called in atomic context.
+    fn post_recv_wr(qp: &Self::Qp, wr: &RecvWr<'_>) -> Result;
+
+    /// Attaches a UD QP to the multicast group `mgid`.
+    fn attach_mcast(dev: &Device<Self>, qp: &Self::Qp, mgid: &[u8; 16]) -> Result;
+
+    /// Detaches a QP from the multicast group `mgid`.
+    fn detach_mcast(dev: &Device<Self>, qp: &Self::Qp, mgid: &[u8; 16]) -> Result;
 
     /// Names of the port's hardware counters.
     const COUNTERS: &'static [super::hw_stats::StatDesc];
@@ -401,6 +428,11 @@ impl<T: Driver> Device<T> {
         query_qp: Some(Self::query_qp_cb),
         destroy_qp: Some(Self::destroy_qp_cb),
         post_send: Some(Self::post_send_cb),
+        post_recv: Some(Self::post_recv_cb),
+        poll_cq: Some(Self::poll_cq_cb),
+        get_dma_mr: Some(Self::get_dma_mr_cb),
+        attach_mcast: Some(Self::attach_mcast_cb),
+        detach_mcast: Some(Self::detach_mcast_cb),
         alloc_hw_port_stats: Some(Self::alloc_hw_port_stats_cb),
         get_hw_stats: Some(Self::get_hw_stats_cb),
         size_ib_ucontext: size_of::<UContext<T>>(),
@@ -460,6 +492,9 @@ impl<T: Driver> Device<T> {
             (*attr).max_srq_wr = a.max_srq_wr as _;
             (*attr).max_srq_sge = a.max_srq_sge as _;
             (*attr).max_ah = a.max_ah as _;
+            (*attr).max_mcast_grp = a.max_mcast_grp as _;
+            (*attr).max_mcast_qp_attach = a.max_mcast_qp_attach as _;
+            (*attr).max_total_mcast_qp_attach = a.max_total_mcast_qp_attach as _;
             (*attr).atomic_cap = if a.atomic_hca {
                 bindings::ib_atomic_cap_IB_ATOMIC_HCA
             } else {

@@ -11,9 +11,12 @@ use super::verbs::Event;
 use crate::bindings;
 use core::ptr::NonNull;
 use kernel::{
-    new_mutex,
+    new_spinlock_irq,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{Acquire, Atomic, Release},
+        Arc, SpinLockIrq,
+    },
 };
 
 /// The object an [`Events`] reports on.
@@ -35,8 +38,14 @@ pub(super) enum Target {
 /// (under the lock) in the object's destroy op, before ib_core frees it.
 #[pin_data]
 pub(crate) struct Events {
+    /// An interrupt-safe lock: kernel consumers arm and poll CQs from any context, and their
+    /// handlers run under it (as under a hardware driver's interrupt handler).
     #[pin]
-    target: Mutex<Option<Target>>,
+    target: SpinLockIrq<Option<Target>>,
+    /// The object's address, only ever handed back to ib_core (never dereferenced here), and
+    /// whether it is still live; read without the lock by `poll_cq`, which runs under CQ locks.
+    ident: Target,
+    live: Atomic<bool>,
 }
 
 // SAFETY: The pointers are only dereferenced under the lock while the object is live.
@@ -47,9 +56,19 @@ unsafe impl Sync for Events {}
 impl Events {
     /// A sink for `target`, which must be live until [`Events::revoke`].
     pub(super) fn new(target: Target) -> Result<Arc<Self>> {
+        // CQ sinks get their own lock class: a CQ's completion handler may call into verbs that
+        // raise QP events.
+        let lock = match target {
+            Target::Cq(_) => new_spinlock_irq!(Some(target), "Events::cq"),
+            _ => new_spinlock_irq!(Some(target), "Events::qp"),
+        };
+        // Inside `pin_init!`, `target` names the field being initialised.
+        let ident = target;
         Arc::pin_init(
             pin_init!(Self {
-                target <- new_mutex!(Some(target)),
+                target <- lock,
+                ident,
+                live: Atomic::new(true),
             }),
             GFP_KERNEL,
         )
@@ -57,7 +76,17 @@ impl Events {
 
     /// Stops delivery: the object is being destroyed.
     pub(super) fn revoke(&self) {
+        self.live.store(false, Release);
         *self.target.lock() = None;
+    }
+
+    /// The QP this sink reports on, unless it was destroyed (kernel completions name it; a
+    /// consumer polls only while its QPs exist).
+    pub(super) fn qp_raw(&self) -> Option<*mut bindings::ib_qp> {
+        match self.ident {
+            Target::Qp(p) if self.live.load(Acquire) => Some(p.as_ptr()),
+            _ => None,
+        }
     }
 
     /// Calls the CQ's completion handler (`ib_cq.comp_handler`).

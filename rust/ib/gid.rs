@@ -35,4 +35,23 @@ impl<T: Driver> Device<T> {
         unsafe { bindings::devs_unlock() };
         r
     }
+
+    /// Calls `f` with every registered device of this driver (under the same rules as
+    /// [`Device::with_gid_owner`]).
+    pub(crate) fn for_each(mut f: impl FnMut(&Self)) {
+        let mut idx: c_ulong = 0;
+        // SAFETY: FFI call; released below.
+        unsafe { bindings::devs_lock() };
+        loop {
+            // SAFETY: The lock is held; `idx` is a valid cursor.
+            let ib = unsafe { bindings::devs_next_locked(&mut idx) };
+            if ib.is_null() {
+                break;
+            }
+            // SAFETY: As in `with_gid_owner`.
+            f(unsafe { Self::from_raw(ib) });
+        }
+        // SAFETY: Taken above.
+        unsafe { bindings::devs_unlock() };
+    }
 }

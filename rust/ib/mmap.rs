@@ -37,10 +37,18 @@ impl Drop for Entry {
     }
 }
 
-/// The driver's handle on an inserted entry; dropping it removes the entry from the context
-/// (existing mappings stay valid until unmapped).
+/// What a [`Handle`] owns.
+enum Backing {
+    /// An inserted entry of a user context.
+    Mapped(NonNull<Entry>),
+    /// A buffer only the kernel uses (the rings of kernel verbs objects), from `vmalloc_user`.
+    Kernel(NonNull<u8>),
+}
+
+/// The driver's handle on a buffer: an inserted entry, whose removal on drop leaves existing
+/// mappings valid until unmapped, or a kernel-only buffer, freed on drop.
 pub(crate) struct Handle {
-    entry: NonNull<Entry>,
+    backing: Backing,
     size: usize,
 }
 
@@ -54,12 +62,7 @@ impl Handle {
     ///
     /// Returns the handle; [`Handle::offset`] is what user space passes to `mmap`.
     pub(crate) fn new<T: Driver>(ctx: &UContext<T>, size: usize) -> Result<Self> {
-        let size = size
-            .checked_next_multiple_of(kernel::page::PAGE_SIZE)
-            .ok_or(EINVAL)?;
-        // SAFETY: FFI call.
-        let buf = NonNull::new(unsafe { bindings::vmalloc_user(size as _) }.cast::<u8>())
-            .ok_or(ENOMEM)?;
+        let (buf, size) = alloc(size)?;
         let entry = KBox::new(
             Entry {
                 entry: Opaque::zeroed(),
@@ -88,25 +91,38 @@ impl Handle {
         }
         // SAFETY: `entry` is non-null (it came from a box).
         Ok(Self {
-            entry: unsafe { NonNull::new_unchecked(entry) },
+            backing: Backing::Mapped(unsafe { NonNull::new_unchecked(entry) }),
             size,
         })
     }
 
-    /// The offset user space passes to `mmap`.
+    /// Allocates a zeroed buffer of `size` bytes that only the kernel uses.
+    pub(crate) fn kernel(size: usize) -> Result<Self> {
+        let (buf, size) = alloc(size)?;
+        Ok(Self {
+            backing: Backing::Kernel(buf),
+            size,
+        })
+    }
+
+    /// The offset user space passes to `mmap` (0 for a kernel-only buffer).
     pub(crate) fn offset(&self) -> u64 {
-        // SAFETY: The entry is live while the handle exists (ib_core frees it only after
-        // removal).
-        unsafe {
-            bindings::mmap_get_offset(Opaque::cast_into(addr_of_mut!(
-                (*self.entry.as_ptr()).entry
-            )))
+        match self.backing {
+            // SAFETY: The entry is live while the handle exists (ib_core frees it only after
+            // removal).
+            Backing::Mapped(entry) => unsafe {
+                bindings::mmap_get_offset(Opaque::cast_into(addr_of_mut!((*entry.as_ptr()).entry)))
+            },
+            Backing::Kernel(_) => 0,
         }
     }
 
     fn buf(&self) -> NonNull<u8> {
-        // SAFETY: The entry is live while the handle exists.
-        unsafe { (*self.entry.as_ptr()).buf }
+        match self.backing {
+            // SAFETY: The entry is live while the handle exists.
+            Backing::Mapped(entry) => unsafe { (*entry.as_ptr()).buf },
+            Backing::Kernel(buf) => buf,
+        }
     }
 
     /// Size of the buffer in bytes (what user space maps).
@@ -170,14 +186,29 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        // SAFETY: The entry was inserted and not yet removed; after this ib_core calls
-        // `mmap_free_cb` once no mapping remains.
-        unsafe {
-            bindings::rdma_user_mmap_entry_remove(Opaque::cast_into(addr_of_mut!(
-                (*self.entry.as_ptr()).entry
-            )))
-        };
+        match self.backing {
+            // SAFETY: The entry was inserted and not yet removed; after this ib_core calls
+            // `mmap_free_cb` once no mapping remains.
+            Backing::Mapped(entry) => unsafe {
+                bindings::rdma_user_mmap_entry_remove(Opaque::cast_into(addr_of_mut!(
+                    (*entry.as_ptr()).entry
+                )))
+            },
+            // SAFETY: The buffer came from `vmalloc_user` in `alloc` and was never mapped.
+            Backing::Kernel(buf) => unsafe { bindings::vfree(buf.as_ptr().cast()) },
+        }
     }
+}
+
+/// A zeroed `vmalloc_user` buffer of at least `size` bytes, and its size in whole pages.
+fn alloc(size: usize) -> Result<(NonNull<u8>, usize)> {
+    let size = size
+        .checked_next_multiple_of(kernel::page::PAGE_SIZE)
+        .ok_or(EINVAL)?;
+    // SAFETY: FFI call.
+    let buf =
+        NonNull::new(unsafe { bindings::vmalloc_user(size as _) }.cast::<u8>()).ok_or(ENOMEM)?;
+    Ok((buf, size))
 }
 
 /// The `mmap` op: maps the entry registered at the VMA's offset.

@@ -7,18 +7,19 @@
 //! ask the driver first, then revoke the object's [`Events`] and drop its data.
 
 use super::{
+    abi::SendWqe,
     device::{Device, Driver},
     event::{Events, Target},
     object::{Ah, Cq, Mr, MrBox, Pd, Qp, Srq, UContext, WithEvents},
     udata::Udata,
-    verbs::{Notify, QpAttr, QpInit, Route, SrqAttr},
+    verbs::{Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
 use crate::bindings;
 use core::ptr::NonNull;
-use kernel::{error::from_result, prelude::*};
+use kernel::{container_of, error::from_result, prelude::*};
 
-/// The user context of a uverbs call, or `EINVAL` for kernel callers (which rodp does not
-/// serve: it is not a kernel verbs provider).
+/// The user context of a uverbs call, or `EOPNOTSUPP` for kernel callers of verbs rodp serves
+/// only to user space.
 ///
 /// # Safety
 ///
@@ -26,6 +27,42 @@ use kernel::{error::from_result, prelude::*};
 unsafe fn user_ctx<'a, T: Driver>(udata: *mut bindings::ib_udata) -> Result<&'a UContext<T>> {
     // SAFETY: Per the safety requirements.
     unsafe { UContext::<T>::from_udata(udata) }.ok_or(EOPNOTSUPP)
+}
+
+/// The caller of a create verb: a user context with its udata, or a kernel consumer.
+///
+/// # Safety
+///
+/// `udata` is null (a kernel caller) or the valid udata of a uverbs call on a context of driver
+/// `T`, valid for `'a`.
+unsafe fn caller<'a, T: Driver>(
+    udata: *mut bindings::ib_udata,
+) -> Result<Option<(&'a UContext<T>, Udata<'a>)>> {
+    if udata.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: Per the safety requirements.
+    let ctx = unsafe { user_ctx::<T>(udata) }?;
+    // SAFETY: As above.
+    let u = unsafe { Udata::from_raw(udata) }.ok_or(EINVAL)?;
+    Ok(Some((ctx, u)))
+}
+
+/// The scatter/gather list of a kernel work request.
+///
+/// # Safety
+///
+/// `list` points to `n` valid entries (when `n > 0`) that outlive `'a`.
+unsafe fn sg_list<'a>(list: *const bindings::ib_sge, n: c_int) -> Result<SgList<'a>> {
+    let n = usize::try_from(n).map_err(|_| EINVAL)?;
+    if n == 0 {
+        return Ok(SgList(&[]));
+    }
+    if list.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: Per the safety requirements.
+    Ok(SgList(unsafe { core::slice::from_raw_parts(list, n) }))
 }
 
 impl<T: Driver> Device<T> {
@@ -45,18 +82,23 @@ impl<T: Driver> Device<T> {
             if attr.flags != 0 {
                 return Err(EOPNOTSUPP);
             }
-            if attrs.is_null() {
-                return Err(EOPNOTSUPP);
-            }
-            // SAFETY: A user CQ's bundle is valid for the call; its driver udata is embedded.
-            let raw_udata = unsafe { bindings::bundle_udata(attrs) };
+            // Kernel consumers pass no bundle.
+            let raw_udata = if attrs.is_null() {
+                core::ptr::null_mut()
+            } else {
+                // SAFETY: A user CQ's bundle is valid for the call; its driver udata is
+                // embedded.
+                unsafe { bindings::bundle_udata(attrs) }
+            };
             // SAFETY: As above.
-            let ctx = unsafe { user_ctx::<T>(raw_udata) }?;
-            // SAFETY: As above.
-            let mut udata = unsafe { Udata::from_raw(raw_udata) }.ok_or(EINVAL)?;
+            let mut user = unsafe { caller::<T>(raw_udata) }?;
             // SAFETY: `cq` is live until `destroy_cq_cb` revokes the sink.
             let events = Events::new(Target::Cq(unsafe { NonNull::new_unchecked(cq) }))?;
-            let (data, cqe) = T::create_cq(dev, ctx, attr.cqe, &events, &mut udata)?;
+            let (ctx, udata) = match &mut user {
+                Some((c, u)) => (Some(*c), Some(u)),
+                None => (None, None),
+            };
+            let (data, cqe) = T::create_cq(dev, ctx, attr.cqe, &events, udata)?;
             // SAFETY: The object has room for a `Cq<T>` and nothing was written yet; `cqe` is
             // read by uverbs for the response.
             unsafe {
@@ -134,14 +176,20 @@ impl<T: Driver> Device<T> {
         _dmah: *mut bindings::ib_dmah,
         udata: *mut bindings::ib_udata,
     ) -> *mut bindings::ib_mr {
-        let r = (|| -> Result<*mut bindings::ib_mr> {
-            // SAFETY: Per the safety requirements.
-            unsafe { user_ctx::<T>(udata) }?;
+        // SAFETY: Per the safety requirements.
+        let r = unsafe { user_ctx::<T>(udata) }.and_then(|_| {
             // SAFETY: Per the safety requirements; the PD's data was written by `alloc_pd_cb`.
             let pd = unsafe { Pd::<T>::from_raw(pd) };
             // SAFETY: The PD's device is live and ours.
             let dev = unsafe { Device::<T>::from_raw((*pd.as_raw()).device) };
-            let (data, key) = T::reg_user_mr(dev, pd, start, length, iova, access as u32)?;
+            T::reg_user_mr(dev, pd, start, length, iova, access as u32)
+        });
+        Self::new_mr(r, iova, length)
+    }
+
+    /// Hands a new MR (driver data and key) to ib_core with its range, or the error.
+    fn new_mr(r: Result<(T::Mr, u32)>, iova: u64, length: u64) -> *mut bindings::ib_mr {
+        let r = r.and_then(|(data, key)| {
             let mr = MrBox::<T>::new(data)?;
             let raw = mr.as_raw();
             // SAFETY: A fresh MR; ib_core fills in the rest after this returns.
@@ -152,7 +200,7 @@ impl<T: Driver> Device<T> {
                 (*raw).length = length;
             }
             Ok(mr.into_raw())
-        })();
+        });
         match r {
             Ok(p) => p,
             Err(e) => e.to_ptr(),
@@ -312,10 +360,8 @@ impl<T: Driver> Device<T> {
         udata: *mut bindings::ib_udata,
     ) -> c_int {
         from_result(|| {
-            // SAFETY: Per the safety requirements.
-            let ctx = unsafe { user_ctx::<T>(udata) }?;
-            // SAFETY: As above.
-            let mut u = unsafe { Udata::from_raw(udata) }.ok_or(EINVAL)?;
+            // SAFETY: Per the safety requirements (kernel consumers pass no udata).
+            let mut user = unsafe { caller::<T>(udata) }?;
             // SAFETY: Per the safety requirements.
             let init = unsafe { &mut *init };
             if init.send_cq.is_null() || init.recv_cq.is_null() {
@@ -338,6 +384,10 @@ impl<T: Driver> Device<T> {
             let mut qi = QpInit::from_raw(init);
             // SAFETY: `qp` is live until `destroy_qp_cb` revokes the sink.
             let events = Events::new(Target::Qp(unsafe { NonNull::new_unchecked(qp) }))?;
+            let (ctx, u) = match &mut user {
+                Some((c, u)) => (Some(*c), Some(u)),
+                None => (None, None),
+            };
             let (data, qpn) = T::create_qp(
                 dev,
                 pd,
@@ -346,7 +396,7 @@ impl<T: Driver> Device<T> {
                 (&scq.data().data, &rcq.data().data),
                 srq.map(|s| &s.data().data),
                 &events,
-                &mut u,
+                u,
             )?;
             qi.to_raw(init);
             // SAFETY: The object has room for a `Qp<T>`; ib_core reads `qp_num`.
@@ -425,25 +475,226 @@ impl<T: Driver> Device<T> {
 
     /// # Safety
     ///
-    /// `qp` was set up by `create_qp_cb`.
+    /// `qp` was set up by `create_qp_cb`; `wr` is null (the doorbell of a user QP) or a valid
+    /// list of kernel send WRs, and `bad` is null or valid for writes.
     pub(super) unsafe extern "C" fn post_send_cb(
         qp: *mut bindings::ib_qp,
-        wr: *const bindings::ib_send_wr,
+        mut wr: *const bindings::ib_send_wr,
         bad: *mut *const bindings::ib_send_wr,
     ) -> c_int {
-        // Only user QPs exist: their WRs are in the shared ring, and the command is a doorbell.
-        if !wr.is_null() {
-            if !bad.is_null() {
-                // SAFETY: `bad` is valid for writes.
-                unsafe { *bad = wr };
+        // SAFETY: Per the safety requirements.
+        let obj = unsafe { Qp::<T>::from_raw(qp) };
+        let data = &obj.data().data;
+        let mut ret = Ok(());
+        while !wr.is_null() {
+            // SAFETY: `wr` is a valid WR of the consumer's list (safety requirements); the
+            // containers are what ib_verbs.h prescribes for each opcode and QP type.
+            let r = unsafe { Self::send_wr(qp, wr) }.and_then(|w| T::post_send_wr(data, &w));
+            if let Err(e) = r {
+                if !bad.is_null() {
+                    // SAFETY: `bad` is valid for writes.
+                    unsafe { *bad = wr };
+                }
+                ret = Err(e);
+                break;
             }
-            return EOPNOTSUPP.to_errno();
+            // SAFETY: As above.
+            wr = unsafe { (*wr).next };
         }
+        // Ring the doorbell for what was queued, even when a later WR was refused.
         from_result(|| {
-            // SAFETY: Per the safety requirements.
-            let obj = unsafe { Qp::<T>::from_raw(qp) };
-            T::post_send(&obj.data().data)?;
+            let rung = T::post_send(data);
+            ret?;
+            rung?;
             Ok(0)
         })
+    }
+
+    /// Reads a kernel send WR and its `ib_rdma_wr` / `ib_atomic_wr` / `ib_ud_wr` container.
+    ///
+    /// # Safety
+    ///
+    /// `qp` was set up by `create_qp_cb`; `wr` is a valid WR embedded in the container its
+    /// opcode and the QP type call for, valid for `'a`.
+    unsafe fn send_wr<'a>(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_send_wr,
+    ) -> Result<SendWr<'a, T::Ah>> {
+        // SAFETY: Per the safety requirements.
+        let (w, qp_type) = unsafe { (&*wr, (*qp).qp_type) };
+        let opcode = w.opcode;
+        let mut wqe = SendWqe {
+            // SAFETY: Both union members are 64 bits; either is passed back as is.
+            wr_id: unsafe { *w.__bindgen_anon_1.wr_id },
+            opcode,
+            send_flags: w.send_flags as u32,
+            // SAFETY: Immediate data and invalidate key share 32 bits.
+            imm_data: unsafe { *w.ex.imm_data },
+            ..Default::default()
+        };
+        let mut ah = None;
+        match opcode {
+            bindings::ib_wr_opcode_IB_WR_RDMA_WRITE
+            | bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM
+            | bindings::ib_wr_opcode_IB_WR_RDMA_READ => {
+                // SAFETY: RDMA WRs are embedded in an `ib_rdma_wr`.
+                let r = unsafe { &*container_of!(wr, bindings::ib_rdma_wr, wr) };
+                wqe.remote_addr = r.remote_addr;
+                wqe.rkey = r.rkey;
+            }
+            bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP
+            | bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => {
+                // SAFETY: Atomic WRs are embedded in an `ib_atomic_wr`.
+                let a = unsafe { &*container_of!(wr, bindings::ib_atomic_wr, wr) };
+                wqe.remote_addr = a.remote_addr;
+                wqe.rkey = a.rkey;
+                wqe.compare_add = a.compare_add;
+                wqe.swap = a.swap;
+            }
+            bindings::ib_wr_opcode_IB_WR_SEND | bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM => {
+                if qp_type == bindings::ib_qp_type_IB_QPT_UD
+                    || qp_type == bindings::ib_qp_type_IB_QPT_GSI
+                {
+                    // SAFETY: Sends on datagram QPs are embedded in an `ib_ud_wr`.
+                    let u = unsafe { &*container_of!(wr, bindings::ib_ud_wr, wr) };
+                    if u.ah.is_null() {
+                        return Err(EINVAL);
+                    }
+                    wqe.remote_qpn = u.remote_qpn;
+                    wqe.remote_qkey = u.remote_qkey;
+                    // SAFETY: The consumer's AH was created on this device by `create_ah_cb`
+                    // and lives while the WR is posted.
+                    ah = Some(unsafe { Ah::<T>::from_raw(u.ah) }.data());
+                }
+            }
+            _ => return Err(EINVAL),
+        }
+        Ok(SendWr {
+            wqe,
+            ah,
+            // SAFETY: The WR's list is valid while the WR is (safety requirements).
+            sges: unsafe { sg_list(w.sg_list, w.num_sge) }?,
+        })
+    }
+
+    /// # Safety
+    ///
+    /// `qp` was set up by `create_qp_cb`; `wr` is a valid list of kernel receive WRs and `bad`
+    /// is null or valid for writes.
+    pub(super) unsafe extern "C" fn post_recv_cb(
+        qp: *mut bindings::ib_qp,
+        mut wr: *const bindings::ib_recv_wr,
+        bad: *mut *const bindings::ib_recv_wr,
+    ) -> c_int {
+        // SAFETY: Per the safety requirements.
+        let obj = unsafe { Qp::<T>::from_raw(qp) };
+        let data = &obj.data().data;
+        let mut ret = Ok(());
+        while !wr.is_null() {
+            // SAFETY: `wr` is a valid WR of the consumer's list.
+            let w = unsafe { &*wr };
+            // SAFETY: As above; both union members are 64 bits, passed back as is.
+            let r = unsafe { sg_list(w.sg_list, w.num_sge) }.and_then(|sges| {
+                T::post_recv_wr(
+                    data,
+                    &RecvWr {
+                        // SAFETY: As above.
+                        wr_id: unsafe { *w.__bindgen_anon_1.wr_id },
+                        sges,
+                    },
+                )
+            });
+            if let Err(e) = r {
+                if !bad.is_null() {
+                    // SAFETY: `bad` is valid for writes.
+                    unsafe { *bad = wr };
+                }
+                ret = Err(e);
+                break;
+            }
+            wr = w.next;
+        }
+        from_result(|| {
+            ret?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// `cq` was set up by `create_cq_cb` for a kernel consumer; `wc` has room for `n` entries.
+    pub(super) unsafe extern "C" fn poll_cq_cb(
+        cq: *mut bindings::ib_cq,
+        n: c_int,
+        wc: *mut bindings::ib_wc,
+    ) -> c_int {
+        let Ok(n) = usize::try_from(n) else {
+            return EINVAL.to_errno();
+        };
+        if n == 0 || wc.is_null() {
+            return 0;
+        }
+        // SAFETY: Per the safety requirements.
+        let obj = unsafe { Cq::<T>::from_raw(cq) };
+        // SAFETY: Per the safety requirements the array has `n` writable entries.
+        let mut out = WcOut(unsafe { core::slice::from_raw_parts_mut(wc, n) });
+        T::poll_cq(&obj.data().data, &mut out) as c_int
+    }
+
+    /// # Safety
+    ///
+    /// `qp` was set up by `create_qp_cb`; `gid` is valid for reads.
+    pub(super) unsafe extern "C" fn attach_mcast_cb(
+        qp: *mut bindings::ib_qp,
+        gid: *mut bindings::ib_gid,
+        _lid: u16,
+    ) -> c_int {
+        // SAFETY: Per the safety requirements.
+        let (dev, obj, mgid) = unsafe { Self::mcast_args(qp, gid) };
+        from_result(|| T::attach_mcast(dev, &obj.data().data, &mgid).map(|()| 0))
+    }
+
+    /// # Safety
+    ///
+    /// `qp` was set up by `create_qp_cb`; `gid` is valid for reads.
+    pub(super) unsafe extern "C" fn detach_mcast_cb(
+        qp: *mut bindings::ib_qp,
+        gid: *mut bindings::ib_gid,
+        _lid: u16,
+    ) -> c_int {
+        // SAFETY: Per the safety requirements.
+        let (dev, obj, mgid) = unsafe { Self::mcast_args(qp, gid) };
+        from_result(|| T::detach_mcast(dev, &obj.data().data, &mgid).map(|()| 0))
+    }
+
+    /// # Safety
+    ///
+    /// As for `attach_mcast_cb`.
+    unsafe fn mcast_args<'a>(
+        qp: *mut bindings::ib_qp,
+        gid: *mut bindings::ib_gid,
+    ) -> (&'a Device<T>, &'a Qp<T>, [u8; 16]) {
+        // SAFETY: Per the safety requirements; a GID is 16 plain bytes.
+        unsafe {
+            (
+                Device::<T>::from_raw((*qp).device),
+                Qp::<T>::from_raw(qp),
+                *(*gid).raw,
+            )
+        }
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a live kernel PD of this driver (`ib_alloc_pd`).
+    pub(super) unsafe extern "C" fn get_dma_mr_cb(
+        pd: *mut bindings::ib_pd,
+        access: c_int,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: Per the safety requirements; the PD's data was written by `alloc_pd_cb`.
+        let pd = unsafe { Pd::<T>::from_raw(pd) };
+        // SAFETY: The PD's device is live and ours.
+        let dev = unsafe { Device::<T>::from_raw((*pd.as_raw()).device) };
+        Self::new_mr(T::get_dma_mr(dev, pd, access as u32), 0, u64::MAX)
     }
 }

@@ -74,6 +74,25 @@ impl PageList {
         }
     }
 
+    /// Copies `out.len()` bytes at `off` into `out`.
+    pub(crate) fn read(&self, mut off: usize, out: &mut [u8]) -> Result {
+        self.check(off, out.len())?;
+        let mut done = 0;
+        while done < out.len() {
+            let (page, po) = self.locate(off);
+            let n = (PAGE_SIZE - po).min(out.len() - done);
+            let m = Mapped::new(page);
+            // SAFETY: The mapping covers the page and `po + n <= PAGE_SIZE`; `out` has room for
+            // `n` more bytes. The page may change under the copy (user memory): bytes only.
+            unsafe {
+                core::ptr::copy_nonoverlapping(m.0.as_ptr().add(po), out.as_mut_ptr().add(done), n)
+            };
+            done += n;
+            off += n;
+        }
+        Ok(())
+    }
+
     /// Copies `data` to `off`.
     pub(crate) fn write(&self, mut off: usize, data: &[u8]) -> Result {
         self.check(off, data.len())?;

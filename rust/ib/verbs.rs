@@ -6,6 +6,7 @@
 //! The FFI layer converts between these and the C structures, so the driver above it never reads
 //! a raw binding.
 
+use super::abi::{SendWqe, Sge, Wc};
 use crate::bindings;
 use kernel::prelude::*;
 
@@ -54,16 +55,19 @@ pub(crate) enum QpType {
     Uc,
     /// Unreliable datagram.
     Ud,
-    /// Any other type (GSI, SMI, XRC, raw, driver).
+    /// The general services QP (QP1), a UD QP that ib_mad creates for each port.
+    Gsi,
+    /// Any other type (SMI, XRC, raw, driver).
     Other,
 }
 
 impl QpType {
-    fn from_raw(v: u32) -> Self {
+    pub(super) fn from_raw(v: u32) -> Self {
         match v {
             bindings::ib_qp_type_IB_QPT_RC => Self::Rc,
             bindings::ib_qp_type_IB_QPT_UC => Self::Uc,
             bindings::ib_qp_type_IB_QPT_UD => Self::Ud,
+            bindings::ib_qp_type_IB_QPT_GSI => Self::Gsi,
             _ => Self::Other,
         }
     }
@@ -72,8 +76,14 @@ impl QpType {
         match self {
             Self::Rc => bindings::ib_qp_type_IB_QPT_RC,
             Self::Uc => bindings::ib_qp_type_IB_QPT_UC,
+            Self::Gsi => bindings::ib_qp_type_IB_QPT_GSI,
             Self::Ud | Self::Other => bindings::ib_qp_type_IB_QPT_UD,
         }
+    }
+
+    /// Whether the QP sends and receives datagrams (UD and the GSI QP).
+    pub(crate) fn is_ud(self) -> bool {
+        matches!(self, Self::Ud | Self::Gsi)
     }
 }
 
@@ -544,4 +554,77 @@ pub(crate) mod device_cap {
     /// Port active events are raised.
     pub(crate) const PORT_ACTIVE_EVENT: u64 =
         bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT as u64;
+}
+
+/// A kernel consumer's scatter/gather list (`struct ib_sge` array of a work request).
+#[derive(Clone, Copy)]
+pub(crate) struct SgList<'a>(pub(super) &'a [bindings::ib_sge]);
+
+impl SgList<'_> {
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The entries.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Sge> + '_ {
+        self.0.iter().map(|s| Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+    }
+}
+
+/// A kernel consumer's send work request: the fields of `struct ib_send_wr` and its
+/// `ib_rdma_wr` / `ib_atomic_wr` / `ib_ud_wr` container, as a WQE without its AH number.
+pub(crate) struct SendWr<'a, A> {
+    /// The WQE's fixed part; `ah_num`, `length` and `num_sge` are left to the driver.
+    pub(crate) wqe: SendWqe,
+    /// The UD destination's address handle.
+    pub(crate) ah: Option<&'a A>,
+    /// The data.
+    pub(crate) sges: SgList<'a>,
+}
+
+/// A kernel consumer's receive work request (`struct ib_recv_wr`).
+pub(crate) struct RecvWr<'a> {
+    /// Consumer's id (`wr_id` or `wr_cqe`).
+    pub(crate) wr_id: u64,
+    /// Where the data goes.
+    pub(crate) sges: SgList<'a>,
+}
+
+/// The work completions a kernel consumer polls into (`struct ib_wc` array).
+pub(crate) struct WcOut<'a>(pub(super) &'a mut [bindings::ib_wc]);
+
+impl WcOut<'_> {
+    /// Room for this many completions.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Fills entry `i` from `wc`, for the QP whose events `qp` are (the consumer finds its
+    /// `ib_qp` there). Returns false, leaving the entry, when the QP is already destroyed.
+    pub(crate) fn set(&mut self, i: usize, wc: &Wc, qp: &super::event::Events) -> bool {
+        let Some(raw) = qp.qp_raw() else {
+            return false;
+        };
+        let Some(o) = self.0.get_mut(i) else {
+            return false;
+        };
+        // SAFETY: All-zero is a valid `ib_wc` (integers, a NULL pointer, unions of them).
+        *o = unsafe { core::mem::zeroed() };
+        o.__bindgen_anon_1.wr_id = core::mem::ManuallyDrop::new(wc.wr_id);
+        o.status = wc.status;
+        // The uverbs completion opcodes have the kernel's values.
+        o.opcode = wc.opcode;
+        o.byte_len = wc.byte_len;
+        o.qp = raw;
+        o.ex.imm_data = core::mem::ManuallyDrop::new(wc.imm_data);
+        o.src_qp = wc.src_qp;
+        o.wc_flags = wc.wc_flags as i32;
+        o.port_num = wc.port_num.into();
+        true
+    }
 }

@@ -7,7 +7,8 @@ modprobe rodp || echo "modprobe rodp failed"
 dmesg > "$res/kunit.dmesg"
 filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
 [ "$filter" = '*' ] && tests='rodp_*' || tests=$filter
-for t in /mnt/rodp/tests/$tests; do
+# RODP_TESTS may name several globs, separated by spaces.
+for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
 	echo "== $name"

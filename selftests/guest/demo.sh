@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 # `make run`: create rodp0 on a veth and show it as rdma-core and iproute2 see it, then run an
-# RC ping-pong between two processes.
+# RC ping-pong between two processes, and rping connecting through rdma_cm.
 set -e
 . /mnt/rodp/lib.sh
 make_netdevs
@@ -12,4 +12,9 @@ echo "== ibv_devices"; ibv_devices
 echo "== ibv_devinfo -v -d rodp0"; ibv_devinfo -v -d rodp0
 echo "== ibv_rc_pingpong, two processes on rodp0"
 pingpong ibv_rc_pingpong rodp0 rodp0 -n 1000
+echo "== rping over rdma_cm (kernel CM on rodp0's QP1), 5 verified ping-pongs"
+rping -s -a 10.0.0.1 -C 5 -V > /tmp/rping.s 2>&1 &
+sleep 1
+rping -c -a 10.0.0.1 -C 5 -v -V
+wait $! && echo "rping server: done"
 rdma link delete rodp0

@@ -20,11 +20,23 @@ py_run() {
 	rdma link delete ${drv}0
 	python3 - "$res/pyverbs.$drv.log" > "$res/pyverbs.$drv" <<'PY'
 import re, sys
+# unittest -v prints "name (id) ... status"; output a test prints itself may come between the
+# "..." and the status, which then starts a later line.
+status = r"(ok|FAIL|ERROR|skipped|expected failure)"
+pending = None
 for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"(test\S+) \((\S+)\)(?: \S.*)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure)", line)
+    m = re.match(r"(test\S+) \((\S+)\)(?: \S.*)? \.\.\. ?(.*)", line)
     if m:
-        st = {"skipped": "skip", "expected failure": "skip"}.get(m.group(3), m.group(3))
-        print(f"{m.group(2)} {st}")
+        pending, rest = m.group(2), m.group(3)
+    elif pending:
+        rest = line
+    else:
+        continue
+    s = re.match(status, rest.strip())
+    if s:
+        st = {"skipped": "skip", "expected failure": "skip"}.get(s.group(1), s.group(1))
+        print(f"{pending} {st}")
+        pending = None
 PY
 }
 

@@ -6,18 +6,17 @@ tools_n=0
 tools_tap=$res/tools.tap
 : > "$tools_tap.body"
 
-# tool NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG -d SERVER_DEV ARGS & then
-# PROG -d CLIENT_DEV ARGS 127.0.0.1; both must succeed within 120 s.
-tool() {
-	name=$1 sdev=$2 cdev=$3 prog=$4
-	shift 4
+# pair NAME SERVER_CMD CLIENT_CMD: starts the server, then the client a second later; passes
+# when both exit 0 within 120 s.
+pair() {
+	name=$1
 	tools_n=$((tools_n + 1))
 	log=$(mktemp)
-	timeout 120 "$prog" -d "$sdev" "$@" > "$log.s" 2>&1 &
+	timeout 120 $2 > "$log.s" 2>&1 &
 	spid=$!
 	sleep 1
 	crc=0 src=0
-	timeout 120 "$prog" -d "$cdev" "$@" 127.0.0.1 > "$log.c" 2>&1 || crc=$?
+	timeout 120 $3 > "$log.c" 2>&1 || crc=$?
 	wait $spid || src=$?
 	if [ $src -eq 0 ] && [ $crc -eq 0 ]; then
 		echo "ok $tools_n $name" >> "$tools_tap.body"
@@ -27,6 +26,14 @@ tool() {
 		sed 's/^/# client: /' "$log.c" >> "$tools_tap.body"
 	fi
 	rm -f "$log" "$log.s" "$log.c"
+}
+
+# tool NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG -d SERVER_DEV ARGS, then
+# PROG -d CLIENT_DEV ARGS 127.0.0.1 (out-of-band connection setup over TCP).
+tool() {
+	name=$1 sdev=$2 cdev=$3 prog=$4
+	shift 4
+	pair "$name" "$prog -d $sdev $*" "$prog -d $cdev $* 127.0.0.1"
 }
 
 rdma link add rodp0 type rodp netdev veth0
@@ -49,6 +56,16 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
 		tool "$t $sz rodp0-rodp1" rodp0 rodp1 $t -x 1 -n 50 $szarg
 	done
 done
+# rdma_cm (connection setup through the kernel's CM over rodp's QP1): the server binds
+# veth0's address; the client connects to it from rodp0, or with veth1's address from rodp1.
+for p in "rodp0 10.0.0.1" "rodp1 10.0.0.2"; do
+	set -- $p
+	pair "rping rodp0-$1" "rping -s -a 10.0.0.1 -p 7174 -C 20 -S 4096 -V" \
+		"rping -c -a 10.0.0.1 -I $2 -p 7174 -C 20 -S 4096 -V"
+done
+# librdmacm's examples: RC connections, and UD (SIDR) address exchange.
+pair "ucmatose rodp0-rodp0" "ucmatose -b 10.0.0.1 -c 2 -C 20" "ucmatose -s 10.0.0.1 -c 2 -C 20"
+pair "udaddy rodp0-rodp0" "udaddy -b 10.0.0.1" "udaddy -s 10.0.0.1"
 rdma link delete rodp0
 rdma link delete rodp1
 {
