@@ -55,5 +55,18 @@ struct uverbs_attr_bundle;
 struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
 bool rodp_helper_ib_device_try_get(struct ib_device *dev);
 bool rodp_helper_virt_addr_valid(const void *p);
+struct ib_umem_odp;
+struct mmu_interval_notifier;
+struct mmu_notifier_range;
+struct page *rodp_helper_odp_page(struct ib_umem_odp *odp, size_t idx, bool write);
+unsigned long rodp_helper_odp_start(struct ib_umem_odp *odp);
+unsigned long rodp_helper_odp_end(struct ib_umem_odp *odp);
+void rodp_helper_odp_lock(struct ib_umem_odp *odp);
+void rodp_helper_odp_unlock(struct ib_umem_odp *odp);
+struct ib_umem_odp *rodp_helper_odp_of_notifier(struct mmu_interval_notifier *mni);
+bool rodp_helper_mmu_range_blockable(const struct mmu_notifier_range *range);
+void rodp_helper_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long seq);
+u64 rodp_helper_hmm_pfn_mask(bool write);
+size_t rodp_helper_odp_count_valid(struct ib_umem_odp *odp, size_t first, size_t last);
 
 #endif

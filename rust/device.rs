@@ -13,8 +13,12 @@ use crate::{
         hw_stats::StatDesc,
         link::{self, Link},
         netdev::ib_mtu_for,
+        odp::OdpCounters,
         udata::Udata,
-        verbs::{device_cap, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SrqAttr, WcOut},
+        verbs::{
+            access, device_cap, Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList,
+            SrqAttr, WcOut,
+        },
         DeviceAttr, NetDev, PortAttr,
     },
     limit::Limit,
@@ -88,6 +92,8 @@ pub(crate) struct Tables {
     /// Multicast attachments.
     #[pin]
     pub(crate) groups: mcast::Groups,
+    /// The device's ODP totals.
+    pub(crate) odp: Arc<OdpCounters>,
     /// The device's counters.
     pub(crate) stats: Stats,
 }
@@ -123,12 +129,14 @@ pub(crate) type Pd = ib::object::Pd<Rodp>;
 
 impl Rodp {
     fn new(ndev: &NetDev, alive: Alive) -> Result<Self> {
+        let odp = OdpCounters::new()?;
         let tables = Arc::pin_init(
             pin_init!(Tables {
                 qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
                 mrs <- Table::new(1, mr::MAX_MR),
                 ahs <- Table::new(1, ah::MAX_AH),
                 groups <- mcast::Groups::new(),
+                odp,
                 stats: Stats::new(),
             }),
             GFP_KERNEL,
@@ -188,6 +196,7 @@ impl ib::Driver for Rodp {
             max_mcast_grp: mcast::MAX_GROUPS,
             max_mcast_qp_attach: mcast::MAX_QP_ATTACH,
             max_total_mcast_qp_attach: mcast::MAX_TOTAL_ATTACH,
+            odp: true,
             ..Default::default()
         }
     }
@@ -353,6 +362,31 @@ impl ib::Driver for Rodp {
         qp.post_recv_wr(wr)
     }
 
+    fn advise_mr(dev: &Device, pd: &Pd, advice: Advice, _flush: bool, sges: SgList<'_>) -> Result {
+        // Prefetch runs to completion before returning, with or without the flush flag (an
+        // advice may always finish early).
+        let pd = pd.data().id;
+        let write = advice == Advice::PrefetchWrite;
+        for g in sges.iter() {
+            let mr = dev.tables.mr(g.lkey).ok_or(ENOENT)?;
+            let need = if write { access::LOCAL_WRITE } else { 0 };
+            let off = mr
+                .check(pd, g.addr, g.length.into(), need)
+                .map_err(|f| match f {
+                    mr::Fault::Key => ENOENT,
+                    mr::Fault::Access => EACCES,
+                    mr::Fault::Range => EFAULT,
+                })?;
+            mr.prefetch(
+                off,
+                g.length as usize,
+                write,
+                advice != Advice::PrefetchNoFault,
+            )?;
+        }
+        Ok(())
+    }
+
     fn attach_mcast(dev: &Device, qp: &qp::Qp, mgid: &[u8; 16]) -> Result {
         // Only datagram QPs (not QP1) join groups.
         if qp.shared.qp_type != ib::verbs::QpType::Ud {
@@ -369,6 +403,7 @@ impl ib::Driver for Rodp {
 
     fn counters(dev: &Device, out: &mut [u64]) {
         dev.tables.stats.read(out);
+        stats::read_odp(&dev.tables.odp, out);
     }
 }
 

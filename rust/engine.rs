@@ -360,6 +360,9 @@ fn resolve(qp: &QpShared, sges: &[Sge], need: u32, out: &mut KVec<Seg>) -> Resul
     for s in sges.iter().filter(|s| s.length > 0) {
         let mr = qp.tables.mr(s.lkey).ok_or(Fault::Key)?;
         let off = mr.check(qp.pd, s.addr, s.length.into(), need)?;
+        // ODP: the pages must exist (a hole or read-only memory is a local protection error).
+        mr.touch(off, s.length as usize, need & access::LOCAL_WRITE != 0)
+            .map_err(|_| Fault::Range)?;
         total += u64::from(s.length);
         out.push(
             Seg {
@@ -770,6 +773,9 @@ fn remote_mr(
     let mr = dst.tables.mr(m.rkey).ok_or(Reply::Nak(Nak::Access))?;
     let off = mr
         .check(dst.pd, m.remote_addr, len as u64, right)
+        .map_err(|_| Reply::Nak(Nak::Access))?;
+    // ODP: pages that cannot be faulted in (a hole, read-only memory) deny the access.
+    mr.touch(off, len, right != access::REMOTE_READ)
         .map_err(|_| Reply::Nak(Nak::Access))?;
     Ok((mr, off))
 }

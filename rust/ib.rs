@@ -15,6 +15,7 @@ pub(crate) mod link;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
 pub(crate) mod object;
+pub(crate) mod odp;
 mod ops;
 pub(crate) mod udata;
 pub(crate) mod umem;

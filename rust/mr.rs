@@ -10,6 +10,7 @@ use crate::{
     device::{Device, Pd, Tables},
     ib::{
         kmem,
+        odp::{OdpCounters, OdpUmem},
         umem::{AtomicOp, Umem},
         verbs::access,
     },
@@ -29,9 +30,15 @@ pub(crate) const MAX_MR: u32 = (1 << 24) - 1;
 /// Largest MR in bytes.
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
 
-/// Access flags rodp implements for pinned MRs.
-const SUPPORTED: u32 =
-    access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+/// Access flags rodp implements.
+const SUPPORTED: u32 = access::LOCAL_WRITE
+    | access::REMOTE_WRITE
+    | access::REMOTE_READ
+    | access::REMOTE_ATOMIC
+    | access::ON_DEMAND;
+
+/// Bytes copied per step when ODP memory takes part (each step holds the umem's mutex).
+const ODP_CHUNK: usize = 1024;
 
 /// Variant bytes for new keys.
 static VARIANT: Atomic<u32> = Atomic::new(0);
@@ -53,6 +60,8 @@ enum Memory {
     Pinned(Umem),
     /// Kernel memory of a kernel consumer (the DMA MR); offsets are kernel virtual addresses.
     Kernel,
+    /// On-demand paging: pages are faulted in when the engine touches them.
+    Odp(OdpUmem),
 }
 
 /// An MR as the engine sees it.
@@ -91,8 +100,25 @@ impl Mr {
             return Err(EINVAL);
         }
         let token = dev.mrs.take()?;
-        let umem = Umem::get(dev, start, length, acc)?;
-        Self::insert(dev, pd, token, acc, iova, length, Memory::Pinned(umem))
+        let mem = if acc & access::ON_DEMAND != 0 {
+            if start == 0 && length == u64::MAX {
+                // Implicit ODP is not offered yet (the device does not report it).
+                return Err(EOPNOTSUPP);
+            }
+            // Per-MR counts (for rdma netlink) and the device's totals.
+            let umem = OdpUmem::get(
+                dev,
+                start,
+                length,
+                acc,
+                OdpCounters::new()?,
+                dev.tables.odp.clone(),
+            )?;
+            Memory::Odp(umem)
+        } else {
+            Memory::Pinned(Umem::get(dev, start, length, acc)?)
+        };
+        Self::insert(dev, pd, token, acc, iova, length, mem)
     }
 
     /// The DMA MR of a kernel PD (`ib_alloc_pd`): all kernel memory, for local access only
@@ -176,6 +202,7 @@ impl MrShared {
         match &self.mem {
             Memory::Pinned(u) => u.pages().write(off, data),
             Memory::Kernel => kmem::write(off as u64, data),
+            Memory::Odp(o) => o.with_pages(off, data.len(), true, |v| v.write(off, data)),
         }
     }
 
@@ -184,11 +211,21 @@ impl MrShared {
         match &self.mem {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),
+            Memory::Odp(o) => o.with_pages(off, out.len(), false, |v| v.read(off, out)),
+        }
+    }
+
+    /// Faults an ODP range in at once (one batch for a whole message); nothing to do for
+    /// other memory.
+    pub(crate) fn touch(&self, off: usize, len: usize, write: bool) -> Result {
+        match &self.mem {
+            Memory::Odp(o) => o.with_pages(off, len, write, |_| Ok(())),
+            _ => Ok(()),
         }
     }
 
     /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned MRs,
-    /// through a small bounce buffer when kernel memory takes part.
+    /// through a bounce buffer when kernel or ODP memory takes part.
     pub(crate) fn copy_from(
         &self,
         off: usize,
@@ -199,7 +236,9 @@ impl MrShared {
         if let (Memory::Pinned(d), Memory::Pinned(s)) = (&self.mem, &src.mem) {
             return d.pages().copy_from(off, s.pages(), src_off, len);
         }
-        let mut bounce = [0u8; 256];
+        src.touch(src_off, len, false)?;
+        self.touch(off, len, true)?;
+        let mut bounce = [0u8; ODP_CHUNK];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(bounce.len());
@@ -210,12 +249,21 @@ impl MrShared {
         Ok(())
     }
 
+    /// Prefetches `len` bytes at offset `off` of an ODP MR (`EINVAL` for other MRs, as rxe).
+    pub(crate) fn prefetch(&self, off: usize, len: usize, write: bool, fault: bool) -> Result {
+        match &self.mem {
+            Memory::Odp(o) => o.prefetch(off, len, write, fault),
+            _ => Err(EINVAL),
+        }
+    }
+
     /// Performs `op` on the 64-bit word at offset `off`; returns its old value. Kernel memory
     /// takes no atomics (its MR grants no remote access).
     pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
         match &self.mem {
             Memory::Pinned(u) => u.pages().atomic(off, op),
             Memory::Kernel => Err(EINVAL),
+            Memory::Odp(o) => o.with_pages(off, 8, true, |v| v.atomic(off, op)),
         }
     }
 }

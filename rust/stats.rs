@@ -6,7 +6,7 @@
 //! rodp moves whole messages between local QPs; packet counts are what RoCE would carry for
 //! the same messages: one per path MTU of payload, at least one per message.
 
-use crate::ib::hw_stats::StatDesc;
+use crate::ib::{hw_stats::StatDesc, odp::OdpCounters};
 use kernel::{
     prelude::*,
     sync::atomic::{Atomic, Relaxed},
@@ -42,8 +42,8 @@ pub(crate) enum Counter {
     RdmaRecvs,
 }
 
-/// The names, in `Counter` order.
-pub(crate) static NAMES: [StatDesc; 12] = [
+/// The names, in `Counter` order, then the ODP totals (see [`read_odp`]).
+pub(crate) static NAMES: [StatDesc; 18] = [
     StatDesc::new(c"sent_pkts"),
     StatDesc::new(c"rcvd_pkts"),
     StatDesc::new(c"sent_bytes"),
@@ -56,7 +56,31 @@ pub(crate) static NAMES: [StatDesc; 12] = [
     StatDesc::new(c"rcvd_err"),
     StatDesc::new(c"rdma_sends"),
     StatDesc::new(c"rdma_recvs"),
+    StatDesc::new(c"num_page_faults"),
+    StatDesc::new(c"num_page_fault_pages"),
+    StatDesc::new(c"num_invalidations"),
+    StatDesc::new(c"num_invalidation_pages"),
+    StatDesc::new(c"num_prefetches_handled"),
+    StatDesc::new(c"invalidations_faults_contentions"),
 ];
+
+/// Index of the first ODP counter in [`NAMES`].
+const ODP_FIRST: usize = 12;
+
+/// Copies a device's ODP totals into their places in `out` (`NAMES` order).
+pub(crate) fn read_odp(c: &OdpCounters, out: &mut [u64]) {
+    let v = [
+        &c.faults,
+        &c.fault_pages,
+        &c.invalidations,
+        &c.invalidation_pages,
+        &c.prefetches,
+        &c.contentions,
+    ];
+    for (o, a) in out.iter_mut().skip(ODP_FIRST).zip(v) {
+        *o = a.load(Relaxed);
+    }
+}
 
 /// The counters of one device.
 pub(crate) struct Stats([Atomic<u64>; 12]);
@@ -108,11 +132,23 @@ mod tests {
         let s = Stats::new();
         s.inc(Counter::SentPkts);
         s.add(Counter::RdmaRecvs, 5);
-        let mut out = [0u64; 12];
+        let mut out = [0u64; 18];
         s.read(&mut out);
         assert_eq!(out[0], 1);
         assert_eq!(out[11], 5);
         assert_eq!(out.iter().sum::<u64>(), 6);
         assert_eq!(NAMES.len(), out.len());
+    }
+
+    #[test]
+    fn odp_totals_follow_the_message_counters() -> Result {
+        let c = OdpCounters::new()?;
+        c.fault_pages.store(64, Relaxed);
+        c.contentions.store(1, Relaxed);
+        let mut out = [7u64; 18];
+        read_odp(&c, &mut out);
+        assert_eq!(out[11], 7);
+        assert_eq!(&out[ODP_FIRST..], &[0, 64, 0, 0, 0, 1]);
+        Ok(())
     }
 }

@@ -11,6 +11,8 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/ib_umem.h>
+#include <rdma/ib_umem_odp.h>
+#include <linux/hmm.h>
 #include <rdma/ib_cache.h>
 #include <linux/xarray.h>
 #include <linux/highmem.h>
@@ -313,4 +315,69 @@ bool rodp_helper_ib_device_try_get(struct ib_device *dev)
 bool rodp_helper_virt_addr_valid(const void *p)
 {
 	return virt_addr_valid(p);
+}
+
+/* ODP: the page behind entry idx of the umem's pfn list, if mapped (and writable when write
+ * is set); the caller holds umem_mutex. */
+struct page *rodp_helper_odp_page(struct ib_umem_odp *odp, size_t idx, bool write)
+{
+	unsigned long need = HMM_PFN_VALID | (write ? HMM_PFN_WRITE : 0);
+	unsigned long pfn;
+
+	if (idx >= ib_umem_odp_num_pages(odp))
+		return NULL;
+	pfn = odp->map.pfn_list[idx];
+	if ((pfn & need) != need)
+		return NULL;
+	return hmm_pfn_to_page(pfn);
+}
+
+unsigned long rodp_helper_odp_start(struct ib_umem_odp *odp)
+{
+	return ib_umem_start(odp);
+}
+
+unsigned long rodp_helper_odp_end(struct ib_umem_odp *odp)
+{
+	return ib_umem_end(odp);
+}
+
+void rodp_helper_odp_lock(struct ib_umem_odp *odp)
+{
+	mutex_lock(&odp->umem_mutex);
+}
+
+void rodp_helper_odp_unlock(struct ib_umem_odp *odp)
+{
+	mutex_unlock(&odp->umem_mutex);
+}
+
+struct ib_umem_odp *rodp_helper_odp_of_notifier(struct mmu_interval_notifier *mni)
+{
+	return container_of(mni, struct ib_umem_odp, notifier);
+}
+
+bool rodp_helper_mmu_range_blockable(const struct mmu_notifier_range *range)
+{
+	return mmu_notifier_range_blockable(range);
+}
+
+void rodp_helper_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long seq)
+{
+	mmu_interval_set_seq(mni, seq);
+}
+
+/* Valid entries of the pfn list in [first, last) (counted before an invalidation). */
+size_t rodp_helper_odp_count_valid(struct ib_umem_odp *odp, size_t first, size_t last)
+{
+	size_t n = 0;
+
+	for (; first < last && first < ib_umem_odp_num_pages(odp); first++)
+		n += !!(odp->map.pfn_list[first] & HMM_PFN_VALID);
+	return n;
+}
+
+u64 rodp_helper_hmm_pfn_mask(bool write)
+{
+	return HMM_PFN_VALID | (write ? HMM_PFN_WRITE : 0);
 }

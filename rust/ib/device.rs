@@ -11,7 +11,7 @@ use super::{
     netdev::{NetDev, NetDevRef},
     object::{Ah, Cq, Pd, Qp, Srq, UContext},
     udata::Udata,
-    verbs::{Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SrqAttr, WcOut},
+    verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
 use crate::bindings;
 use core::{mem::offset_of, ptr::addr_of_mut};
@@ -74,6 +74,9 @@ pub(crate) struct DeviceAttr {
     pub(crate) max_ah: u32,
     /// Whether atomics are atomic with respect to this device (`IB_ATOMIC_HCA`).
     pub(crate) atomic_hca: bool,
+    /// Explicit ODP MRs for RC (send, receive, write, read, atomic, SRQ receive) and UD (send,
+    /// receive, SRQ receive).
+    pub(crate) odp: bool,
     /// Multicast groups.
     pub(crate) max_mcast_grp: u32,
     /// QPs per multicast group.
@@ -243,6 +246,16 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// Queues a kernel consumer's receive WR; may be called in atomic context.
     fn post_recv_wr(qp: &Self::Qp, wr: &RecvWr<'_>) -> Result;
+
+    /// Prefetches the ranges `sges` of ODP MRs of `pd` (`ibv_advise_mr`); `flush` asks to
+    /// finish before returning.
+    fn advise_mr(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        advice: Advice,
+        flush: bool,
+        sges: SgList<'_>,
+    ) -> Result;
 
     /// Attaches a UD QP to the multicast group `mgid`.
     fn attach_mcast(dev: &Device<Self>, qp: &Self::Qp, mgid: &[u8; 16]) -> Result;
@@ -432,6 +445,7 @@ impl<T: Driver> Device<T> {
         poll_cq: Some(Self::poll_cq_cb),
         get_dma_mr: Some(Self::get_dma_mr_cb),
         attach_mcast: Some(Self::attach_mcast_cb),
+        advise_mr: Some(Self::advise_mr_cb),
         detach_mcast: Some(Self::detach_mcast_cb),
         alloc_hw_port_stats: Some(Self::alloc_hw_port_stats_cb),
         get_hw_stats: Some(Self::get_hw_stats_cb),
@@ -476,6 +490,22 @@ impl<T: Driver> Device<T> {
             } else {
                 0
             };
+            if a.odp {
+                (*attr).kernel_cap_flags |=
+                    bindings::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
+                let c = &mut (*attr).odp_caps;
+                c.general_caps = bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64;
+                let (send, recv, write, read, atomic, srq) = (
+                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND,
+                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV,
+                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE,
+                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ,
+                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC,
+                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV,
+                );
+                c.per_transport_caps.rc_odp_caps = send | recv | write | read | atomic | srq;
+                c.per_transport_caps.ud_odp_caps = send | recv | srq;
+            }
             (*attr).device_cap_flags = a.device_cap_flags;
             (*attr).max_qp = a.max_qp as _;
             (*attr).max_qp_wr = a.max_qp_wr as _;

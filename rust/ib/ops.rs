@@ -12,7 +12,7 @@ use super::{
     event::{Events, Target},
     object::{Ah, Cq, Mr, MrBox, Pd, Qp, Srq, UContext, WithEvents},
     udata::Udata,
-    verbs::{Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
+    verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
 use crate::bindings;
 use core::ptr::NonNull;
@@ -639,6 +639,34 @@ impl<T: Driver> Device<T> {
         // SAFETY: Per the safety requirements the array has `n` writable entries.
         let mut out = WcOut(unsafe { core::slice::from_raw_parts_mut(wc, n) });
         T::poll_cq(&obj.data().data, &mut out) as c_int
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a live PD of this driver and `num_sge` valid entries.
+    pub(super) unsafe extern "C" fn advise_mr_cb(
+        pd: *mut bindings::ib_pd,
+        advice: bindings::ib_uverbs_advise_mr_advice,
+        flags: u32,
+        list: *mut bindings::ib_sge,
+        num_sge: u32,
+        _attrs: *mut bindings::uverbs_attr_bundle,
+    ) -> c_int {
+        from_result(|| {
+            let advice = Advice::from_raw(advice)?;
+            let flush = bindings::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH;
+            if flags & !flush != 0 {
+                return Err(EOPNOTSUPP);
+            }
+            // SAFETY: Per the safety requirements.
+            let sges = unsafe { sg_list(list, num_sge.try_into().map_err(|_| EINVAL)?) }?;
+            // SAFETY: Per the safety requirements; the PD's data was written by `alloc_pd_cb`.
+            let pd = unsafe { Pd::<T>::from_raw(pd) };
+            // SAFETY: The PD's device is live and ours.
+            let dev = unsafe { Device::<T>::from_raw((*pd.as_raw()).device) };
+            T::advise_mr(dev, pd, advice, flags & flush != 0, sges)?;
+            Ok(0)
+        })
     }
 
     /// # Safety

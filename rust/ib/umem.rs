@@ -41,15 +41,52 @@ pub(crate) enum AtomicOp {
 }
 
 /// A page mapped into the kernel for the duration of a borrow.
-struct Mapped(NonNull<u8>);
+pub(super) struct Mapped(NonNull<u8>);
 
 impl Mapped {
-    fn new(page: NonNull<bindings::page>) -> Self {
+    pub(super) fn new(page: NonNull<bindings::page>) -> Self {
         // SAFETY: The page is pinned (invariant of the list it came from); `kmap_local_page`
         // never fails.
         let p = unsafe { bindings::kmap_local_page(page.as_ptr()) }.cast::<u8>();
         // SAFETY: A mapping is never NULL.
         Self(unsafe { NonNull::new_unchecked(p) })
+    }
+}
+
+impl Mapped {
+    /// Copies `out.len()` bytes at `po` into `out`; `po + out.len()` must not pass the page.
+    pub(super) fn read(&self, po: usize, out: &mut [u8]) {
+        assert!(po + out.len() <= PAGE_SIZE);
+        // SAFETY: The mapping covers the page and the range stays inside it (asserted); the
+        // page may change under the copy (user memory): bytes only.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.0.as_ptr().add(po), out.as_mut_ptr(), out.len())
+        };
+    }
+
+    /// Copies `data` to `po`; `po + data.len()` must not pass the page.
+    pub(super) fn write(&self, po: usize, data: &[u8]) {
+        assert!(po + data.len() <= PAGE_SIZE);
+        // SAFETY: As in `read`, with the roles swapped.
+        unsafe {
+            core::ptr::copy_nonoverlapping(data.as_ptr(), self.0.as_ptr().add(po), data.len())
+        };
+    }
+
+    /// Performs `op` on the 64-bit word at `po` (8-byte aligned, inside the page).
+    pub(super) fn atomic(&self, po: usize, op: AtomicOp) -> Result<u64> {
+        if po % 8 != 0 || po + 8 > PAGE_SIZE {
+            return Err(EINVAL);
+        }
+        // SAFETY: `po` is 8-byte aligned and the word lies inside the mapping.
+        let p = unsafe { self.0.as_ptr().add(po) }.cast::<u64>();
+        // SAFETY: `p` is a valid, aligned word for the duration of the mapping.
+        Ok(unsafe {
+            match op {
+                AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
+                AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
+            }
+        })
     }
 }
 

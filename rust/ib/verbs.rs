@@ -143,6 +143,8 @@ pub(crate) mod access {
     pub(crate) const REMOTE_READ: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ;
     /// Remote atomic.
     pub(crate) const REMOTE_ATOMIC: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC;
+    /// On-demand paging.
+    pub(crate) const ON_DEMAND: u32 = bindings::ib_access_flags_IB_ACCESS_ON_DEMAND;
     /// Flags a consumer may pass that a device is free to ignore.
     pub(crate) const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
 }
@@ -626,5 +628,33 @@ impl WcOut<'_> {
         o.wc_flags = wc.wc_flags as i32;
         o.port_num = wc.port_num.into();
         true
+    }
+}
+
+/// What `ibv_advise_mr` asks for (`enum ib_uverbs_advise_mr_advice`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Advice {
+    /// Fault the range in for reading.
+    Prefetch,
+    /// Fault the range in for writing.
+    PrefetchWrite,
+    /// Map what is present, without faulting.
+    PrefetchNoFault,
+}
+
+impl Advice {
+    pub(super) fn from_raw(v: u32) -> Result<Self> {
+        Ok(match v {
+            bindings::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH => {
+                Self::Prefetch
+            }
+            bindings::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => {
+                Self::PrefetchWrite
+            }
+            bindings::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => {
+                Self::PrefetchNoFault
+            }
+            _ => return Err(EOPNOTSUPP),
+        })
     }
 }

@@ -56,6 +56,11 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
 		tool "$t $sz rodp0-rodp1" rodp0 rodp1 $t -x 1 -n 50 $szarg
 	done
 done
+# On-demand paging: rdma-core's ODP ping-pong and perftest's --odp, rodp0 to rodp1.
+tool "ibv_rc_pingpong odp rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 200 -o
+for t in ib_write_bw ib_read_bw ib_send_bw; do
+	tool "$t odp 65536 rodp0-rodp1" rodp0 rodp1 $t -x 1 -n 50 -s 65536 --odp
+done
 # rdma_cm (connection setup through the kernel's CM over rodp's QP1): the server binds
 # veth0's address; the client connects to it from rodp0, or with veth1's address from rodp1.
 for p in "rodp0 10.0.0.1" "rodp1 10.0.0.2"; do
