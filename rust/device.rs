@@ -399,6 +399,14 @@ impl ib::Driver for Rodp {
         dev.tables.groups.detach(mgid, qp.shared.qpn)
     }
 
+    fn odp_stats(dev: &Device) -> [u64; 6] {
+        let mut out = [0u64; stats::NAMES.len()];
+        stats::read_odp(&dev.tables.odp, &mut out);
+        let mut v = [0u64; 6];
+        v.copy_from_slice(&out[stats::NAMES.len() - 6..]);
+        v
+    }
+
     const COUNTERS: &'static [StatDesc] = &stats::NAMES;
 
     fn counters(dev: &Device, out: &mut [u64]) {

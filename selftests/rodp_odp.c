@@ -6,6 +6,7 @@
  */
 #include "rodp_verbs.h"
 #include "kselftest_harness.h"
+#include <fcntl.h>
 
 #define PAGE 4096
 #define NPAGES 64
@@ -98,16 +99,30 @@ TEST_F(odp, device_reports_explicit_odp)
 	EXPECT_EQ(NULL, ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ODP_ACCESS));
 }
 
+/* The same totals in <ibdev>/odp_stats/ (sysfs, read-only). */
+static long odp_stat(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/class/infiniband/rodp0/odp_stats/%s", name);
+	return read_long(path);
+}
+
 TEST_F(odp, first_touch_faults_each_page_once)
 {
 	long faults = counter("num_page_faults");
 	long pages = counter("num_page_fault_pages");
+	long sys_pages = odp_stat("num_page_fault_pages");
+
+	EXPECT_LE(0, sys_pages);
+	EXPECT_EQ(-1, open("/sys/class/infiniband/rodp0/odp_stats/num_page_faults", O_WRONLY));
 
 	fill(self->pin, LEN, 1);
 	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, LEN));
 	EXPECT_EQ(0, memcmp(self->pin, self->odp, LEN));
 	/* One message, one batch: every page of it faulted in once. */
 	EXPECT_EQ(NPAGES, counter("num_page_fault_pages") - pages);
+	EXPECT_EQ(NPAGES, odp_stat("num_page_fault_pages") - sys_pages);
 	EXPECT_EQ(1, counter("num_page_faults") - faults);
 	/* Mapped now: the same range again faults nothing. */
 	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, LEN));

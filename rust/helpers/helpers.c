@@ -18,6 +18,7 @@
 #include <linux/highmem.h>
 #include <linux/scatterlist.h>
 #include <linux/workqueue.h>
+#include <linux/sysfs.h>
 #include <rodp_helpers.h>
 
 struct ib_device *rodp_helper_ib_alloc_device(size_t size)
@@ -380,4 +381,49 @@ size_t rodp_helper_odp_count_valid(struct ib_umem_odp *odp, size_t first, size_t
 u64 rodp_helper_hmm_pfn_mask(bool write)
 {
 	return HMM_PFN_VALID | (write ? HMM_PFN_WRITE : 0);
+}
+
+/* The device's ODP counters in sysfs, as <ibdev>/odp_stats/<name> (the layout of the earlier
+ * Mellanox OFED stack); the values come from the Rust driver through odp_reader. */
+static u64 (*odp_reader)(struct ib_device *dev, unsigned int idx);
+
+void rodp_helper_set_odp_reader(u64 (*reader)(struct ib_device *dev, unsigned int idx))
+{
+	WRITE_ONCE(odp_reader, reader);
+}
+
+#define RODP_ODP_ATTR(name, idx)						\
+static ssize_t name##_show(struct device *d, struct device_attribute *a, char *buf)	\
+{										\
+	u64 (*r)(struct ib_device *, unsigned int) = READ_ONCE(odp_reader);	\
+										\
+	return sysfs_emit(buf, "%llu\n", r ? r(rdma_device_to_ibdev(d), idx) : 0);	\
+}										\
+static DEVICE_ATTR_RO(name)
+
+RODP_ODP_ATTR(num_page_faults, 0);
+RODP_ODP_ATTR(num_page_fault_pages, 1);
+RODP_ODP_ATTR(num_invalidations, 2);
+RODP_ODP_ATTR(num_invalidation_pages, 3);
+RODP_ODP_ATTR(num_prefetches_handled, 4);
+RODP_ODP_ATTR(invalidations_faults_contentions, 5);
+
+static struct attribute *rodp_odp_attrs[] = {
+	&dev_attr_num_page_faults.attr,
+	&dev_attr_num_page_fault_pages.attr,
+	&dev_attr_num_invalidations.attr,
+	&dev_attr_num_invalidation_pages.attr,
+	&dev_attr_num_prefetches_handled.attr,
+	&dev_attr_invalidations_faults_contentions.attr,
+	NULL,
+};
+
+static const struct attribute_group rodp_odp_group = {
+	.name = "odp_stats",
+	.attrs = rodp_odp_attrs,
+};
+
+const struct attribute_group *rodp_helper_odp_group(void)
+{
+	return &rodp_odp_group;
 }

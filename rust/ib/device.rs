@@ -263,6 +263,11 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Detaches a QP from the multicast group `mgid`.
     fn detach_mcast(dev: &Device<Self>, qp: &Self::Qp, mgid: &[u8; 16]) -> Result;
 
+    /// The device's ODP totals, in the order of `<ibdev>/odp_stats/` in sysfs:
+    /// `num_page_faults`, `num_page_fault_pages`, `num_invalidations`,
+    /// `num_invalidation_pages`, `num_prefetches_handled`, `invalidations_faults_contentions`.
+    fn odp_stats(dev: &Device<Self>) -> [u64; 6];
+
     /// Names of the port's hardware counters.
     const COUNTERS: &'static [super::hw_stats::StatDesc];
 
@@ -345,6 +350,12 @@ impl<T: Driver> Device<T> {
         }
         let mut ops = Self::OPS;
         ops.owner = new.owner.as_ptr();
+        // SAFETY: FFI calls; the group is static, and the reader is valid for as long as
+        // devices of this driver (and so their sysfs files) exist.
+        unsafe {
+            ops.device_group = bindings::odp_group();
+            bindings::set_odp_reader(Some(Self::odp_stat_cb));
+        }
         // SAFETY: `ib` is a valid, unregistered device that we own; `data` is initialised, so the
         // `dealloc_driver` op installed here may drop it. `ib_set_device_ops` copies `ops`.
         unsafe {
@@ -459,6 +470,17 @@ impl<T: Driver> Device<T> {
         // cannot be used because of its bitfields.
         ..unsafe { core::mem::zeroed() }
     };
+
+    /// Reads ODP counter `idx` of a device for its `odp_stats` sysfs files.
+    ///
+    /// # Safety
+    ///
+    /// Called by the sysfs show functions of a registered device of this driver.
+    unsafe extern "C" fn odp_stat_cb(ib: *mut bindings::ib_device, idx: c_uint) -> u64 {
+        // SAFETY: Per the function's safety requirements.
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        T::odp_stats(dev).get(idx as usize).copied().unwrap_or(0)
+    }
 
     /// # Safety
     ///
