@@ -441,14 +441,6 @@ TEST_F(rc, rnr_retry_then_receive_arrives)
 	EXPECT_EQ(0, memcmp(self->buf[A], self->buf[B], 512));
 }
 
-static long counter(const char *dev, const char *name)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, name);
-	return read_long(path);
-}
-
 TEST_F(rc, counters_count_exactly)
 {
 	static const char *names[] = { "sent_pkts", "rcvd_pkts", "sent_bytes", "rcvd_bytes",
@@ -459,7 +451,7 @@ TEST_F(rc, counters_count_exactly)
 	char out[4096];
 
 	for (int i = 0; i < 8; i++)
-		before[i] = counter("rodp0", names[i]);
+		before[i] = hw_counter("rodp0", names[i]);
 	ASSERT_EQ(0, post_recv(self->qp[B], self->buf[B], 4096, self->mr[B]->lkey, 1));
 	ASSERT_EQ(0, post_send(self->qp[A], IBV_WR_SEND, self->buf[A], 4096, self->mr[A]->lkey,
 			       0, 0, 0, 2));
@@ -470,7 +462,7 @@ TEST_F(rc, counters_count_exactly)
 	/* ib_core serves values read within the same jiffy from its cache. */
 	usleep(50 * 1000);
 	for (int i = 0; i < 8; i++) {
-		EXPECT_EQ(delta[i], counter("rodp0", names[i]) - before[i]);
+		EXPECT_EQ(delta[i], hw_counter("rodp0", names[i]) - before[i]);
 	}
 	/* The same counters through rdma netlink. */
 	ASSERT_EQ(0, sh(out, sizeof(out), "rdma statistic show link rodp0/1"));

@@ -23,12 +23,9 @@ FIXTURE(odp) {
 
 static long counter(const char *name)
 {
-	char path[256];
-
 	/* ib_core serves a value read within a jiffy of the last one from its cache. */
 	usleep(50 * 1000);
-	snprintf(path, sizeof(path), "/sys/class/infiniband/rodp0/ports/1/hw_counters/%s", name);
-	return read_long(path);
+	return hw_counter("rodp0", name);
 }
 
 FIXTURE_SETUP(odp)

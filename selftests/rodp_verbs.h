@@ -204,6 +204,15 @@ static inline int post_srq_recv(struct ibv_srq *srq, void *addr, uint32_t len, u
 	return ibv_post_srq_recv(srq, &wr, &bad);
 }
 
+/* Hardware counter name of dev's port 1, as sysfs shows it, or -1. */
+static inline long hw_counter(const char *dev, const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, name);
+	return read_long(path);
+}
+
 static inline long now_ms(void)
 {
 	struct timespec ts;

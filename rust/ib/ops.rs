@@ -48,6 +48,20 @@ unsafe fn caller<'a, T: Driver>(
     Ok(Some((ctx, u)))
 }
 
+/// A PD of this driver and its device.
+///
+/// # Safety
+///
+/// `pd` is a live PD set up by `alloc_pd_cb`, valid for `'a`.
+unsafe fn pd_and_device<'a, T: Driver>(pd: *mut bindings::ib_pd) -> (&'a Device<T>, &'a Pd<T>) {
+    // SAFETY: Per the safety requirements; the PD's data was written by `alloc_pd_cb`, and a
+    // live PD's device is live and ours.
+    unsafe {
+        let pd = Pd::<T>::from_raw(pd);
+        (Device::<T>::from_raw((*pd.as_raw()).device), pd)
+    }
+}
+
 /// The scatter/gather list of a kernel work request.
 ///
 /// # Safety
@@ -178,10 +192,8 @@ impl<T: Driver> Device<T> {
     ) -> *mut bindings::ib_mr {
         // SAFETY: Per the safety requirements.
         let r = unsafe { user_ctx::<T>(udata) }.and_then(|_| {
-            // SAFETY: Per the safety requirements; the PD's data was written by `alloc_pd_cb`.
-            let pd = unsafe { Pd::<T>::from_raw(pd) };
-            // SAFETY: The PD's device is live and ours.
-            let dev = unsafe { Device::<T>::from_raw((*pd.as_raw()).device) };
+            // SAFETY: Per the safety requirements.
+            let (dev, pd) = unsafe { pd_and_device::<T>(pd) };
             T::reg_user_mr(dev, pd, start, length, iova, access as u32)
         });
         Self::new_mr(r, iova, length)
@@ -660,10 +672,8 @@ impl<T: Driver> Device<T> {
             }
             // SAFETY: Per the safety requirements.
             let sges = unsafe { sg_list(list, num_sge.try_into().map_err(|_| EINVAL)?) }?;
-            // SAFETY: Per the safety requirements; the PD's data was written by `alloc_pd_cb`.
-            let pd = unsafe { Pd::<T>::from_raw(pd) };
-            // SAFETY: The PD's device is live and ours.
-            let dev = unsafe { Device::<T>::from_raw((*pd.as_raw()).device) };
+            // SAFETY: Per the safety requirements.
+            let (dev, pd) = unsafe { pd_and_device::<T>(pd) };
             T::advise_mr(dev, pd, advice, flags & flush != 0, sges)?;
             Ok(0)
         })
@@ -719,10 +729,8 @@ impl<T: Driver> Device<T> {
         pd: *mut bindings::ib_pd,
         access: c_int,
     ) -> *mut bindings::ib_mr {
-        // SAFETY: Per the safety requirements; the PD's data was written by `alloc_pd_cb`.
-        let pd = unsafe { Pd::<T>::from_raw(pd) };
-        // SAFETY: The PD's device is live and ours.
-        let dev = unsafe { Device::<T>::from_raw((*pd.as_raw()).device) };
+        // SAFETY: Per the safety requirements.
+        let (dev, pd) = unsafe { pd_and_device::<T>(pd) };
         Self::new_mr(T::get_dma_mr(dev, pd, access as u32), 0, u64::MAX)
     }
 }

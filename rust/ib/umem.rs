@@ -118,12 +118,7 @@ impl PageList {
         while done < out.len() {
             let (page, po) = self.locate(off);
             let n = (PAGE_SIZE - po).min(out.len() - done);
-            let m = Mapped::new(page);
-            // SAFETY: The mapping covers the page and `po + n <= PAGE_SIZE`; `out` has room for
-            // `n` more bytes. The page may change under the copy (user memory): bytes only.
-            unsafe {
-                core::ptr::copy_nonoverlapping(m.0.as_ptr().add(po), out.as_mut_ptr().add(done), n)
-            };
+            Mapped::new(page).read(po, &mut out[done..done + n]);
             done += n;
             off += n;
         }
@@ -137,11 +132,7 @@ impl PageList {
         while done < data.len() {
             let (page, po) = self.locate(off);
             let n = (PAGE_SIZE - po).min(data.len() - done);
-            let m = Mapped::new(page);
-            // SAFETY: As in `read`, with the roles swapped.
-            unsafe {
-                core::ptr::copy_nonoverlapping(data.as_ptr().add(done), m.0.as_ptr().add(po), n)
-            };
+            Mapped::new(page).write(po, &data[done..done + n]);
             done += n;
             off += n;
         }
@@ -182,19 +173,7 @@ impl PageList {
     pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
         self.check(off, 8)?;
         let (page, po) = self.locate(off);
-        if po % 8 != 0 {
-            return Err(EINVAL);
-        }
-        let m = Mapped::new(page);
-        // SAFETY: `po` is 8-byte aligned and `po + 8 <= PAGE_SIZE`, inside the mapping.
-        let p = unsafe { m.0.as_ptr().add(po) }.cast::<u64>();
-        // SAFETY: `p` is a valid, aligned word for the duration of the mapping.
-        Ok(unsafe {
-            match op {
-                AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
-                AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
-            }
-        })
+        Mapped::new(page).atomic(po, op)
     }
 }
 
