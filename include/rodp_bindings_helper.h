@@ -7,6 +7,7 @@
 #include <rdma/ib_cache.h>
 #include <rdma/ib_mad.h>
 #include <rdma/rdma_netlink.h>
+#include <rdma/restrack.h>
 #include <rdma/ib_umem_odp.h>
 #include <rdma/uverbs_ioctl.h>
 #include <uapi/rdma/rdma_user_rxe.h>

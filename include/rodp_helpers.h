@@ -58,7 +58,6 @@ bool rodp_helper_virt_addr_valid(const void *p);
 struct ib_umem_odp;
 struct mmu_interval_notifier;
 struct mmu_notifier_range;
-struct page *rodp_helper_odp_page(struct ib_umem_odp *odp, size_t idx, bool write);
 unsigned long rodp_helper_odp_start(struct ib_umem_odp *odp);
 unsigned long rodp_helper_odp_end(struct ib_umem_odp *odp);
 void rodp_helper_odp_lock(struct ib_umem_odp *odp);
@@ -70,6 +69,15 @@ u64 rodp_helper_hmm_pfn_mask(bool write);
 void rodp_helper_set_odp_reader(u64 (*reader)(struct ib_device *dev, unsigned int idx));
 struct attribute_group;
 const struct attribute_group *rodp_helper_odp_group(void);
-size_t rodp_helper_odp_count_valid(struct ib_umem_odp *odp, size_t first, size_t last);
+u64 rodp_helper_odp_pfn(struct ib_umem_odp *odp, size_t idx);
+struct page *rodp_helper_hmm_pfn_to_page(u64 pfn);
+void rodp_helper_set_page_dirty_head(struct page *page);
+u64 rodp_helper_odp_grab_mm(struct ib_umem_odp *odp);
+void rodp_helper_odp_drop_mm(struct ib_umem_odp *odp);
+struct sk_buff;
+struct nlattr;
+struct nlattr *rodp_helper_nl_nest_start(struct sk_buff *msg, int attr);
+void rodp_helper_nl_nest_end(struct sk_buff *msg, struct nlattr *nest);
+void rodp_helper_nl_nest_cancel(struct sk_buff *msg, struct nlattr *nest);
 
 #endif

@@ -16,8 +16,8 @@ use crate::{
         odp::OdpCounters,
         udata::Udata,
         verbs::{
-            access, device_cap, Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList,
-            SrqAttr, WcOut,
+            device_cap, Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr,
+            WcOut,
         },
         DeviceAttr, NetDev, PortAttr,
     },
@@ -116,6 +116,8 @@ pub(crate) struct Rodp {
     pub(crate) ahs: Limit,
     /// Numbered objects.
     pub(crate) tables: Arc<Tables>,
+    /// `<debugfs>/rodp/<ibdev>/`.
+    _debugfs: Pin<KBox<kernel::debugfs::Scope<Arc<OdpCounters>>>>,
     /// Keeps rdma_rxe out while this device exists.
     _alive: Alive,
 }
@@ -128,8 +130,9 @@ pub(crate) type UContext = ib::object::UContext<Rodp>;
 pub(crate) type Pd = ib::object::Pd<Rodp>;
 
 impl Rodp {
-    fn new(ndev: &NetDev, alive: Alive) -> Result<Self> {
+    fn new(name: &CStr, ndev: &NetDev, alive: Alive) -> Result<Self> {
         let odp = OdpCounters::new()?;
+        let debugfs = stats::debugfs(name, odp.clone())?;
         let tables = Arc::pin_init(
             pin_init!(Tables {
                 qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
@@ -150,6 +153,7 @@ impl Rodp {
             mrs: Limit::new(mr::MAX_MR)?,
             ahs: Limit::new(ah::MAX_AH)?,
             tables,
+            _debugfs: debugfs,
             _alive: alive,
         })
     }
@@ -197,6 +201,7 @@ impl ib::Driver for Rodp {
             max_mcast_qp_attach: mcast::MAX_QP_ATTACH,
             max_total_mcast_qp_attach: mcast::MAX_TOTAL_ATTACH,
             odp: true,
+            odp_implicit: true,
             ..Default::default()
         }
     }
@@ -362,29 +367,29 @@ impl ib::Driver for Rodp {
         qp.post_recv_wr(wr)
     }
 
-    fn advise_mr(dev: &Device, pd: &Pd, advice: Advice, _flush: bool, sges: SgList<'_>) -> Result {
-        // Prefetch runs to completion before returning, with or without the flush flag (an
-        // advice may always finish early).
-        let pd = pd.data().id;
-        let write = advice == Advice::PrefetchWrite;
+    fn advise_mr(dev: &Device, pd: &Pd, advice: Advice, flush: bool, sges: SgList<'_>) -> Result {
+        // Every range is checked before any is mapped; with the flush flag the work is done on
+        // return, otherwise on the module's workqueue.
+        let mut p = mr::Prefetch::new(
+            advice == Advice::PrefetchWrite,
+            advice != Advice::PrefetchNoFault,
+        );
         for g in sges.iter() {
-            let mr = dev.tables.mr(g.lkey).ok_or(ENOENT)?;
-            let need = if write { access::LOCAL_WRITE } else { 0 };
-            let off = mr
-                .check(pd, g.addr, g.length.into(), need)
-                .map_err(|f| match f {
-                    mr::Fault::Key => ENOENT,
-                    mr::Fault::Access => EACCES,
-                    mr::Fault::Range => EFAULT,
-                })?;
-            mr.prefetch(
-                off,
-                g.length as usize,
-                write,
-                advice != Advice::PrefetchNoFault,
-            )?;
+            p.add(&dev.tables, pd.data().id, g.lkey, g.addr, g.length)?;
         }
-        Ok(())
+        if flush {
+            p.run_now()
+        } else {
+            p.queue()
+        }
+    }
+
+    fn mr_odp_kind(mr: &mr::Mr) -> Option<(&'static CStr, Option<usize>)> {
+        mr.odp_kind()
+    }
+
+    fn mr_odp_stats(mr: &mr::Mr) -> Option<[u64; 5]> {
+        mr.odp_stats()
     }
 
     fn attach_mcast(dev: &Device, qp: &qp::Qp, mgid: &[u8; 16]) -> Result {
@@ -446,7 +451,7 @@ impl Link for Rodp {
             node_desc: c"rodp",
             owner: MODULE,
         };
-        ib::Device::<Rodp>::register(&new, Rodp::new(ndev, alive)).map_err(|e| {
+        ib::Device::<Rodp>::register(&new, Rodp::new(name, ndev, alive)).map_err(|e| {
             // ib_core says ENFILE when the name is taken (nldev rejects the '%' patterns that
             // could also run out of numbers); EEXIST says what happened.
             if e == ENFILE {

@@ -6,6 +6,7 @@
 //! with the safe types defined here.
 
 pub(crate) mod abi;
+pub(crate) mod debugfs;
 pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod gid;

@@ -10,18 +10,20 @@ use crate::{
     device::{Device, Pd, Tables},
     ib::{
         kmem,
-        odp::{OdpCounters, OdpUmem},
+        odp::{CounterSets, Odp, OdpCounters},
         umem::{AtomicOp, Umem},
         verbs::access,
     },
     limit::Token,
 };
 use kernel::{
+    impl_has_work, new_work,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
         Arc,
     },
+    workqueue::{Work, WorkItem},
 };
 
 /// Maximum number of MRs per device (key indices `1..=MAX_MR`).
@@ -60,8 +62,9 @@ enum Memory {
     Pinned(Umem),
     /// Kernel memory of a kernel consumer (the DMA MR); offsets are kernel virtual addresses.
     Kernel,
-    /// On-demand paging: pages are faulted in when the engine touches them.
-    Odp(OdpUmem),
+    /// On-demand paging, explicit or implicit: pages are faulted in when the engine touches
+    /// them.
+    Odp(Odp),
 }
 
 /// An MR as the engine sees it.
@@ -96,27 +99,34 @@ impl Mr {
         if acc & !SUPPORTED != 0 {
             return Err(EOPNOTSUPP);
         }
-        if length > MAX_MR_SIZE || iova.checked_add(length).is_none() {
+        let odp = acc & access::ON_DEMAND != 0;
+        let implicit = odp && start == 0 && length == u64::MAX;
+        if implicit && iova != 0 {
+            // The parent's keys name user addresses as they are.
+            return Err(EINVAL);
+        }
+        if !implicit && (length > MAX_MR_SIZE || iova.checked_add(length).is_none()) {
             return Err(EINVAL);
         }
         let token = dev.mrs.take()?;
-        let mem = if acc & access::ON_DEMAND != 0 {
-            if start == 0 && length == u64::MAX {
-                // Implicit ODP is not offered yet (the device does not report it).
-                return Err(EOPNOTSUPP);
-            }
+        let mem = if odp {
             // Per-MR counts (for rdma netlink) and the device's totals.
-            let umem = OdpUmem::get(
-                dev,
-                start,
-                length,
-                acc,
-                OdpCounters::new()?,
-                dev.tables.odp.clone(),
-            )?;
-            Memory::Odp(umem)
+            let counters = CounterSets {
+                mr: OdpCounters::new()?,
+                dev: dev.tables.odp.clone(),
+            };
+            Memory::Odp(if implicit {
+                Odp::implicit(dev, acc, counters)?
+            } else {
+                Odp::explicit(dev, start, length, acc, counters)?
+            })
         } else {
             Memory::Pinned(Umem::get(dev, start, length, acc)?)
+        };
+        // An implicit MR reaches the process's whole address space, and no further.
+        let length = match &mem {
+            Memory::Odp(o) => o.limit().unwrap_or(length),
+            _ => length,
         };
         Self::insert(dev, pd, token, acc, iova, length, mem)
     }
@@ -167,6 +177,138 @@ impl Mr {
     }
 }
 
+impl Mr {
+    /// What the engine sees of this MR.
+    fn shared(&self) -> Option<Arc<MrShared>> {
+        self.tables
+            .mrs
+            .get(self.key >> 8)
+            .filter(|m| m.key == self.key)
+    }
+
+    /// For `rdma resource show mr`: `"explicit"` or `"implicit"` and the implicit MR's
+    /// number of children, for ODP MRs.
+    pub(crate) fn odp_kind(&self) -> Option<(&'static CStr, Option<usize>)> {
+        let s = self.shared()?;
+        let Memory::Odp(o) = &s.mem else {
+            return None;
+        };
+        Some(match o.as_implicit() {
+            Some(i) => (c"implicit", Some(i.children())),
+            None => (c"explicit", None),
+        })
+    }
+
+    /// For `rdma statistic mr show`, as mlx5 names them: `page_faults` (pages),
+    /// `page_faults_handled` (faults), `page_invalidations` (pages),
+    /// `page_invalidations_handled` (callbacks), `page_prefetch` (pages); ODP MRs only.
+    pub(crate) fn odp_stats(&self) -> Option<[u64; 5]> {
+        let s = self.shared()?;
+        let Memory::Odp(o) = &s.mem else {
+            return None;
+        };
+        let c = o.counters();
+        Some([
+            c.fault_pages.load(Relaxed),
+            c.faults.load(Relaxed),
+            c.invalidation_pages.load(Relaxed),
+            c.invalidations.load(Relaxed),
+            c.prefetch_pages.load(Relaxed),
+        ])
+    }
+}
+
+/// The checked ranges of one `ibv_advise_mr` prefetch, run at once (with the flush flag) or
+/// on the module's workqueue.
+pub(crate) struct Prefetch {
+    ranges: KVec<(Arc<MrShared>, usize, usize)>,
+    write: bool,
+    fault: bool,
+}
+
+/// A prefetch queued on the module's workqueue.
+#[pin_data]
+struct Deferred {
+    prefetch: Prefetch,
+    #[pin]
+    work: Work<Deferred>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Deferred { self.work }
+}
+
+impl WorkItem for Deferred {
+    type Pointer = Pin<KBox<Deferred>>;
+
+    fn run(this: Pin<KBox<Deferred>>) {
+        // Nobody waits for deferred advice: a range that cannot be faulted in (a hole) stays
+        // unmapped, counted in `num_failed_resolutions`, and its first access fails as usual.
+        let _ = this.prefetch.run_now();
+    }
+}
+
+impl Prefetch {
+    /// An empty prefetch of readable (`write`: writable) pages; `fault: false` maps only the
+    /// pages present.
+    pub(crate) fn new(write: bool, fault: bool) -> Self {
+        Self {
+            ranges: KVec::new(),
+            write,
+            fault,
+        }
+    }
+
+    /// Adds `len` bytes at `addr` through `key`, checked against `pd` as ib_core and users
+    /// expect: an unknown key `ENOENT`, another PD's MR or a write without local write
+    /// `EACCES`, a range outside the MR `EFAULT`, an MR that is not ODP `EINVAL` (as rxe).
+    pub(crate) fn add(
+        &mut self,
+        tables: &Tables,
+        pd: u64,
+        key: u32,
+        addr: u64,
+        len: u32,
+    ) -> Result {
+        let mr = tables.mr(key).ok_or(ENOENT)?;
+        let need = if self.write { access::LOCAL_WRITE } else { 0 };
+        let off = mr.check(pd, addr, len.into(), need).map_err(|f| match f {
+            Fault::Key => ENOENT,
+            Fault::Access => EACCES,
+            Fault::Range => EFAULT,
+        })?;
+        if !matches!(mr.mem, Memory::Odp(_)) {
+            return Err(EINVAL);
+        }
+        self.ranges.push((mr, off, len as usize), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Maps every range now.
+    pub(crate) fn run_now(&self) -> Result {
+        for (mr, off, len) in self.ranges.iter() {
+            if let Memory::Odp(o) = &mr.mem {
+                o.prefetch(*off, *len, self.write, self.fault)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps the ranges on the module's workqueue; the MRs stay alive until it is done.
+    pub(crate) fn queue(self) -> Result {
+        let d = KBox::pin_init(
+            pin_init!(Deferred {
+                prefetch: self,
+                work <- new_work!("rodp::mr::Deferred::work"),
+            }),
+            GFP_KERNEL,
+        )?;
+        // A new work item is never queued already.
+        let _ = crate::ib::wq::get().enqueue(d);
+        Ok(())
+    }
+}
+
 impl Drop for Mr {
     fn drop(&mut self) {
         // Later accesses through the key fail; a transfer already under way finishes on its
@@ -202,7 +344,9 @@ impl MrShared {
         match &self.mem {
             Memory::Pinned(u) => u.pages().write(off, data),
             Memory::Kernel => kmem::write(off as u64, data),
-            Memory::Odp(o) => o.with_pages(off, data.len(), true, |v| v.write(off, data)),
+            Memory::Odp(o) => o.each(off, data.len(), |u, uoff, pos, n| {
+                u.with_pages(uoff, n, true, |v| v.write(uoff, &data[pos..pos + n]))
+            }),
         }
     }
 
@@ -211,7 +355,9 @@ impl MrShared {
         match &self.mem {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),
-            Memory::Odp(o) => o.with_pages(off, out.len(), false, |v| v.read(off, out)),
+            Memory::Odp(o) => o.each(off, out.len(), |u, uoff, pos, n| {
+                u.with_pages(uoff, n, false, |v| v.read(uoff, &mut out[pos..pos + n]))
+            }),
         }
     }
 
@@ -219,7 +365,9 @@ impl MrShared {
     /// other memory.
     pub(crate) fn touch(&self, off: usize, len: usize, write: bool) -> Result {
         match &self.mem {
-            Memory::Odp(o) => o.with_pages(off, len, write, |_| Ok(())),
+            Memory::Odp(o) => o.each(off, len, |u, uoff, _, n| {
+                u.with_pages(uoff, n, write, |_| Ok(()))
+            }),
             _ => Ok(()),
         }
     }
@@ -249,28 +397,32 @@ impl MrShared {
         Ok(())
     }
 
-    /// Prefetches `len` bytes at offset `off` of an ODP MR (`EINVAL` for other MRs, as rxe).
-    pub(crate) fn prefetch(&self, off: usize, len: usize, write: bool, fault: bool) -> Result {
-        match &self.mem {
-            Memory::Odp(o) => o.prefetch(off, len, write, fault),
-            _ => Err(EINVAL),
-        }
-    }
-
     /// Performs `op` on the 64-bit word at offset `off`; returns its old value. Kernel memory
     /// takes no atomics (its MR grants no remote access).
     pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
         match &self.mem {
             Memory::Pinned(u) => u.pages().atomic(off, op),
             Memory::Kernel => Err(EINVAL),
-            Memory::Odp(o) => o.with_pages(off, 8, true, |v| v.atomic(off, op)),
+            Memory::Odp(o) => {
+                // An aligned word never crosses a child boundary: one piece.
+                let mut old = 0;
+                o.each(off, 8, |u, uoff, _, _| {
+                    old = u.with_pages(uoff, 8, true, |v| v.atomic(uoff, op))?;
+                    Ok(())
+                })?;
+                Ok(old)
+            }
         }
     }
 }
 
 impl Tables {
-    /// The MR for `key`, if the key is current.
+    /// The MR for `key`, if the key is current (a miss counts as `num_mrs_not_found`).
     pub(crate) fn mr(&self, key: u32) -> Option<Arc<MrShared>> {
-        self.mrs.get(key >> 8).filter(|m| m.key == key)
+        let mr = self.mrs.get(key >> 8).filter(|m| m.key == key);
+        if mr.is_none() {
+            self.odp.mrs_not_found.fetch_add(1, Relaxed);
+        }
+        mr
     }
 }

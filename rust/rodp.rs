@@ -42,11 +42,13 @@ struct RodpModule {
     #[pin]
     link: ib::link::Registration<device::Rodp>,
     _wq: ib::wq::ModuleQueue,
+    _debugfs: ib::debugfs::Root,
 }
 
 impl kernel::InPlaceModule for RodpModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
+            _debugfs: ib::debugfs::Root::new(),
             _wq: ib::wq::ModuleQueue::new()?,
             link <- ib::link::Registration::new(),
         })

@@ -6,10 +6,14 @@
 //! rodp moves whole messages between local QPs; packet counts are what RoCE would carry for
 //! the same messages: one per path MTU of payload, at least one per message.
 
-use crate::ib::{hw_stats::StatDesc, odp::OdpCounters};
+use crate::ib::{self, hw_stats::StatDesc, odp::OdpCounters};
 use kernel::{
+    debugfs::Scope,
     prelude::*,
-    sync::atomic::{Atomic, Relaxed},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
 };
 
 /// A counter.
@@ -80,6 +84,28 @@ pub(crate) fn read_odp(c: &OdpCounters, out: &mut [u64]) {
     for (o, a) in out.iter_mut().skip(ODP_FIRST).zip(v) {
         *o = a.load(Relaxed);
     }
+}
+
+/// A device's debugfs view of its ODP state, `<debugfs>/rodp/<ibdev>/odp_stats/`:
+/// `num_failed_resolutions`, `num_mrs_not_found`, `num_odp_mr_pages` (pages mapped for the
+/// device now) and `num_odp_mrs` (ODP MRs registered now), the names of the earlier Mellanox
+/// OFED stack.
+pub(crate) fn debugfs(
+    name: &CStr,
+    odp: Arc<OdpCounters>,
+) -> Result<Pin<KBox<Scope<Arc<OdpCounters>>>>> {
+    ib::debugfs::device_dir(name, odp, |c, dir| {
+        let d = dir.dir(c"odp_stats");
+        d.read_callback_file(c"num_failed_resolutions", &c.failed, &show);
+        d.read_callback_file(c"num_mrs_not_found", &c.mrs_not_found, &show);
+        d.read_callback_file(c"num_odp_mr_pages", &c.mapped, &show);
+        d.read_callback_file(c"num_odp_mrs", &c.mrs, &show);
+    })
+}
+
+/// Prints a counter as a debugfs file's contents.
+fn show(v: &Atomic<u64>, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+    writeln!(f, "{}", v.load(Relaxed))
 }
 
 /// The counters of one device.

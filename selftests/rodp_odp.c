@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rodp ODP: explicit on-demand-paging MRs. An RC pair on rodp0: QP 0 owns a pinned buffer, QP 1
- * an ODP MR over memory the test maps, changes and unmaps under it. Each test checks the data
- * and the exact fault and invalidation counts the device reports.
+ * rodp ODP: explicit and implicit on-demand-paging MRs. An RC pair on rodp0: QP 0 owns a pinned
+ * buffer, QP 1 an ODP MR over memory the test maps, changes and unmaps under it. Each test
+ * checks the data and the exact fault and invalidation counts the device reports, in sysfs,
+ * debugfs and rdma netlink.
  */
 #include "rodp_verbs.h"
 #include "kselftest_harness.h"
 #include <fcntl.h>
+#include <sys/wait.h>
 
 #define PAGE 4096
 #define NPAGES 64
@@ -70,16 +72,22 @@ FIXTURE_TEARDOWN(odp)
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 
-/* QP 0 runs op between its pinned buffer and the ODP MR at off; returns the status. */
-static int rdma(FIXTURE_DATA(odp) *self, enum ibv_wr_opcode op, size_t off, uint32_t len)
+/* QP 0 runs op between pin + off and raddr through rkey; returns the status. */
+static int xfer(FIXTURE_DATA(odp) *self, enum ibv_wr_opcode op, size_t off, uint32_t len,
+		uint64_t raddr, uint32_t rkey)
 {
 	struct ibv_wc wc;
 
-	if (post_send(self->qp[0], op, self->pin + off, len, self->pin_mr->lkey,
-		      (uintptr_t)self->odp + off, self->odp_mr->rkey, 0, 1) ||
+	if (post_send(self->qp[0], op, self->pin + off, len, self->pin_mr->lkey, raddr, rkey, 0, 1) ||
 	    poll1(self->cq[0], &wc, 20000) != 1)
 		return -1;
 	return wc.status;
+}
+
+/* QP 0 runs op between its pinned buffer and the ODP MR at off; returns the status. */
+static int rdma(FIXTURE_DATA(odp) *self, enum ibv_wr_opcode op, size_t off, uint32_t len)
+{
+	return xfer(self, op, off, len, (uintptr_t)self->odp + off, self->odp_mr->rkey);
 }
 
 TEST_F(odp, device_reports_explicit_odp)
@@ -90,10 +98,10 @@ TEST_F(odp, device_reports_explicit_odp)
 
 	ASSERT_EQ(0, ibv_query_device_ex(self->d.ctx, NULL, &a));
 	EXPECT_TRUE(a.odp_caps.general_caps & IBV_ODP_SUPPORT);
+	EXPECT_TRUE(a.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT);
 	EXPECT_EQ(rc, a.odp_caps.per_transport_caps.rc_odp_caps);
-	/* Implicit ODP is not offered yet, and its registration says so. */
-	EXPECT_FALSE(a.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT);
-	EXPECT_EQ(NULL, ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ODP_ACCESS));
+	EXPECT_EQ(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV,
+		  a.odp_caps.per_transport_caps.ud_odp_caps);
 }
 
 /* The same totals in <ibdev>/odp_stats/ (sysfs, read-only). */
@@ -141,15 +149,23 @@ TEST_F(odp, prefetch_faults_ahead_and_checks_its_arguments)
 	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, LEN));
 	EXPECT_EQ(0, memcmp(self->pin, self->odp, LEN));
 	EXPECT_EQ(NPAGES, counter("num_page_fault_pages") - pages);
-	/* Without the flush flag it is done on return as well (an advice may finish early). */
+	/* Without the flush flag the work is deferred: it shows up in the counters later. */
+	handled = counter("num_prefetches_handled");
 	EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
 	EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &sge, 1));
-	/* A range past the MR, a pinned MR, an unknown key. */
+	for (int i = 0; i < 100 && counter("num_prefetches_handled") - handled < 2; i++)
+		;
+	EXPECT_EQ(2, counter("num_prefetches_handled") - handled);
+	/* A range past the MR, a pinned MR. */
 	sge.length = LEN + PAGE;
 	EXPECT_EQ(EFAULT, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
 	sge = (struct ibv_sge){ (uintptr_t)self->pin, PAGE, self->pin_mr->lkey };
 	EXPECT_EQ(EINVAL, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
-	sge = (struct ibv_sge){ (uintptr_t)self->odp, PAGE, self->odp_mr->lkey + 0x1000000 };
+	/* A deferred prefetch of an MR deregistered at once is harmless; the key is then unknown. */
+	sge = (struct ibv_sge){ (uintptr_t)self->odp, LEN, self->odp_mr->lkey };
+	EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &sge, 1));
+	ASSERT_EQ(0, ibv_dereg_mr(self->odp_mr));
+	self->odp_mr = NULL;
 	EXPECT_EQ(ENOENT, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
 }
 
@@ -232,6 +248,401 @@ TEST_F(odp, a_hole_under_a_local_sge_is_a_protection_error)
 			       0, 0, 0, 9));
 	ASSERT_EQ(1, poll1(self->cq[1], &wc, 20000));
 	EXPECT_EQ(IBV_WC_LOC_PROT_ERR, wc.status);
+}
+
+/* The ODP counters rodp keeps in debugfs, <debugfs>/rodp/rodp0/odp_stats/. */
+static long dbg_stat(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/kernel/debug/rodp/rodp0/odp_stats/%s", name);
+	return read_long(path);
+}
+
+/*
+ * The line `rdma` prints for the MR with lkey: `rdma -d resource show mr` (with the driver's
+ * attributes) or, given its mrn, `rdma statistic mr show`. Returns 0 if found.
+ */
+static int mr_line(uint32_t lkey, char *line, size_t len, int stats)
+{
+	char out[16384], key[64], *p, *e;
+
+	if (sh(out, sizeof(out), "rdma -d resource show mr"))
+		return -1;
+	snprintf(key, sizeof(key), "lkey 0x%x ", lkey);
+	p = strstr(out, key);
+	if (!p)
+		return -1;
+	while (p > out && p[-1] != '\n')
+		p--;
+	e = strchr(p, '\n');
+	snprintf(line, len, "%.*s", e ? (int)(e - p) : (int)strlen(p), p);
+	if (stats) {
+		long mrn = -1;
+		char *m = strstr(line, "mrn ");
+
+		if (!m || sscanf(m, "mrn %ld", &mrn) != 1 ||
+		    sh(out, sizeof(out), "rdma statistic mr show | grep 'mrn %ld '", mrn))
+			return -1;
+		snprintf(line, len, "%.*s", (int)len - 1, out);
+	}
+	return 0;
+}
+
+/* The number after " name " in line, or -1. */
+static long field(const char *line, const char *name)
+{
+	char key[64];
+	const char *p;
+
+	snprintf(key, sizeof(key), " %s ", name);
+	p = strstr(line, key);
+	return p ? strtol(p + strlen(key), NULL, 0) : -1;
+}
+
+TEST_F(odp, debugfs_and_netlink_show_the_odp_state)
+{
+	char line[1024];
+	long mrs = dbg_stat("num_odp_mrs"), mapped = dbg_stat("num_odp_mr_pages");
+	long notfound = dbg_stat("num_mrs_not_found"), failed = dbg_stat("num_failed_resolutions");
+
+	/* The fixture's ODP MR; nothing mapped yet. */
+	EXPECT_LE(1, mrs);
+	ASSERT_EQ(0, mr_line(self->odp_mr->lkey, line, sizeof(line), 0));
+	EXPECT_NE(NULL, strstr(line, " odp explicit ")) TH_LOG("%s", line);
+	ASSERT_EQ(0, mr_line(self->pin_mr->lkey, line, sizeof(line), 0));
+	EXPECT_EQ(NULL, strstr(line, " odp ")) TH_LOG("%s", line);
+
+	fill(self->pin, LEN, 21);
+	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, 10 * PAGE));
+	EXPECT_EQ(10, dbg_stat("num_odp_mr_pages") - mapped);
+	ASSERT_EQ(0, mr_line(self->odp_mr->lkey, line, sizeof(line), 1));
+	EXPECT_EQ(10, field(line, "page_faults")) TH_LOG("%s", line);
+	EXPECT_EQ(1, field(line, "page_faults_handled")) TH_LOG("%s", line);
+	EXPECT_EQ(0, field(line, "page_invalidations")) TH_LOG("%s", line);
+	EXPECT_EQ(0, field(line, "page_prefetch")) TH_LOG("%s", line);
+
+	ASSERT_EQ(0, madvise(self->odp + 2 * PAGE, 3 * PAGE, MADV_DONTNEED));
+	EXPECT_EQ(7, dbg_stat("num_odp_mr_pages") - mapped);
+	ASSERT_EQ(0, mr_line(self->odp_mr->lkey, line, sizeof(line), 1));
+	EXPECT_EQ(3, field(line, "page_invalidations")) TH_LOG("%s", line);
+	EXPECT_LE(1, field(line, "page_invalidations_handled")) TH_LOG("%s", line);
+
+	struct ibv_sge sge = { (uintptr_t)self->odp + 32 * PAGE, 4 * PAGE, self->odp_mr->lkey };
+
+	ASSERT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH,
+				   IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	ASSERT_EQ(0, mr_line(self->odp_mr->lkey, line, sizeof(line), 1));
+	EXPECT_EQ(4, field(line, "page_prefetch")) TH_LOG("%s", line);
+	EXPECT_EQ(11, dbg_stat("num_odp_mr_pages") - mapped);
+
+	/* A key with no MR, and a hole. */
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->odp,
+					      self->odp_mr->rkey + 0x100000));
+	EXPECT_EQ(1, dbg_stat("num_mrs_not_found") - notfound);
+	EXPECT_EQ(0, dbg_stat("num_failed_resolutions") - failed);
+
+	/* Deregistration gives every page back. */
+	ASSERT_EQ(0, ibv_dereg_mr(self->odp_mr));
+	self->odp_mr = NULL;
+	EXPECT_EQ(mrs - 1, dbg_stat("num_odp_mrs"));
+	EXPECT_EQ(mapped, dbg_stat("num_odp_mr_pages"));
+}
+
+TEST_F(odp, a_failed_fault_counts_as_a_failed_resolution)
+{
+	long failed = dbg_stat("num_failed_resolutions");
+
+	ASSERT_EQ(0, munmap(self->odp, PAGE));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rdma(self, IBV_WR_RDMA_WRITE, 0, PAGE));
+	EXPECT_EQ(1, dbg_stat("num_failed_resolutions") - failed);
+}
+
+TEST_F(odp, an_iova_other_than_the_address_indexes_by_offset)
+{
+	const uint64_t iova = 0x5000000000ull;
+	struct ibv_mr *mr = ibv_reg_mr_iova(self->d.pd, self->odp, LEN, iova, ODP_ACCESS);
+
+	ASSERT_NE(NULL, mr);
+	fill(self->pin, LEN, 22);
+	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, 3 * PAGE, iova + 5 * PAGE, mr->rkey));
+	EXPECT_EQ(0, memcmp(self->odp + 5 * PAGE, self->pin, 3 * PAGE));
+	fill(self->odp + 20 * PAGE + 100, 1000, 23);
+	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 1000, iova + 20 * PAGE + 100,
+				       mr->rkey));
+	EXPECT_EQ(0, memcmp(self->odp + 20 * PAGE + 100, self->pin, 1000));
+	/* The address itself is not the iova: outside the MR. */
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_READ, 0, 8, (uintptr_t)self->odp,
+					      mr->rkey));
+	ibv_dereg_mr(mr);
+}
+
+TEST_F(odp, fork_keeps_the_parents_pages_in_the_parents_mr)
+{
+	int to_child[2], to_parent[2];
+	char same = 0;
+	pid_t pid;
+
+	fill(self->pin, LEN, 24);
+	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, LEN));
+	ASSERT_EQ(0, pipe(to_child));
+	ASSERT_EQ(0, pipe(to_parent));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		char go, ok;
+
+		/* The child's copies keep what was there at fork time; then it changes its own. */
+		if (read(to_child[0], &go, 1) != 1)
+			_exit(1);
+		ok = !memcmp(self->odp, self->pin, LEN);
+		memset(self->odp, 0x77, LEN);
+		_exit(write(to_parent[1], &ok, 1) == 1 ? 0 : 1);
+	}
+	/* The device writes the parent's memory: copy-on-write gives the parent new pages. */
+	fill(self->pin, LEN, 25);
+	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, LEN));
+	EXPECT_EQ(0, memcmp(self->odp, self->pin, LEN));
+	ASSERT_EQ(1, write(to_child[1], "g", 1));
+	ASSERT_EQ(1, read(to_parent[0], &same, 1));
+	EXPECT_EQ(1, same);
+	ASSERT_EQ(pid, waitpid(pid, NULL, 0));
+	/* The child's writes went to its copy; the device reads what the parent sees. */
+	memset(self->pin, 0, LEN);
+	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_READ, 0, LEN));
+	EXPECT_EQ(0, memcmp(self->pin, self->odp, LEN));
+	EXPECT_NE(0x77, self->pin[0]);
+	fill(self->odp, LEN / 2, 26);
+	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_READ, 0, LEN));
+	EXPECT_EQ(0, memcmp(self->pin, self->odp, LEN));
+	close(to_child[0]);
+	close(to_child[1]);
+	close(to_parent[0]);
+	close(to_parent[1]);
+}
+
+TEST_F(odp, a_shared_memfd_mapping_is_seen_through_its_other_mapping)
+{
+	int fd = memfd_create("rodp_odp", 0);
+	char *a, *b;
+	struct ibv_mr *mr;
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, ftruncate(fd, LEN));
+	a = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	b = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, a);
+	ASSERT_NE(MAP_FAILED, b);
+	mr = ibv_reg_mr(self->d.pd, a, LEN, ODP_ACCESS);
+	ASSERT_NE(NULL, mr);
+	fill(self->pin, LEN, 27);
+	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)a, mr->rkey));
+	EXPECT_EQ(0, memcmp(b, self->pin, LEN));
+	fill(b + PAGE, 2 * PAGE, 28);
+	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)a, mr->rkey));
+	EXPECT_EQ(0, memcmp(self->pin, b, 4 * PAGE));
+	/* Punching a hole in the file invalidates; the device then reads zeroes. */
+	ASSERT_EQ(0, fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, LEN));
+	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)a, mr->rkey));
+	for (int i = 0; i < 4 * PAGE; i++)
+		ASSERT_EQ(0, self->pin[i]);
+	ibv_dereg_mr(mr);
+	munmap(a, LEN);
+	munmap(b, LEN);
+	close(fd);
+}
+
+/* Writes 4 MiB of huge-page memory at h through an ODP MR in 64 messages; checks it all. */
+static void write_huge(struct __test_metadata *_metadata, FIXTURE_DATA(odp) *self, char *h)
+{
+	const size_t huge = 4 << 20;
+	struct ibv_mr *mr = ibv_reg_mr(self->d.pd, h, huge, ODP_ACCESS);
+	long pages = counter("num_page_fault_pages");
+
+	ASSERT_NE(NULL, mr);
+	for (size_t off = 0; off < huge; off += LEN) {
+		fill(self->pin, LEN, off / LEN);
+		ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)h + off,
+					       mr->rkey));
+		ASSERT_EQ(0, memcmp(h + off, self->pin, LEN));
+	}
+	/* Faults count base pages, whatever the page size behind them. */
+	EXPECT_EQ(huge / PAGE, counter("num_page_fault_pages") - pages);
+	memset(self->pin, 0, LEN);
+	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, LEN, (uintptr_t)h + 3 * LEN,
+				       mr->rkey));
+	EXPECT_EQ(0, memcmp(h + 3 * LEN, self->pin, LEN));
+	ibv_dereg_mr(mr);
+}
+
+TEST_F(odp, hugetlbfs_pages)
+{
+	char *h;
+
+	sh(NULL, 0, "echo 4 > /proc/sys/vm/nr_hugepages");
+	h = mmap(NULL, 4 << 20, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	if (h == MAP_FAILED)
+		SKIP(return, "no 2 MiB huge pages in this guest");
+	write_huge(_metadata, self, h);
+	munmap(h, 4 << 20);
+}
+
+TEST_F(odp, transparent_huge_pages)
+{
+	char *raw = mmap(NULL, 6 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *h = (char *)(((uintptr_t)raw + (2 << 20) - 1) & ~(uintptr_t)((2 << 20) - 1));
+	char huge[64] = "";
+
+	ASSERT_NE(MAP_FAILED, raw);
+	sh(NULL, 0, "echo always > /sys/kernel/mm/transparent_hugepage/enabled");
+	ASSERT_EQ(0, madvise(h, 4 << 20, MADV_HUGEPAGE));
+	write_huge(_metadata, self, h);
+	sh(huge, sizeof(huge), "grep AnonHugePages /proc/%d/smaps_rollup | tr -s ' '", getpid());
+	TH_LOG("THP after the device wrote: %s", huge);
+	munmap(raw, 6 << 20);
+}
+
+/* Implicit ODP: one key for the whole address space. */
+#define GiB (1ull << 30)
+#define SPARSE (64 * GiB)
+#define TOUCHES 16
+
+TEST_F(odp, implicit_mr_covers_a_sparse_64_gib_range)
+{
+	char *big = mmap(NULL, SPARSE, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	long pages = counter("num_page_fault_pages"), mapped = dbg_stat("num_odp_mr_pages");
+	long mrs = dbg_stat("num_odp_mrs");
+	struct ibv_mr *imr;
+	uint64_t slots[2 * TOUCHES];
+	int nslots = 0;
+	char line[1024];
+
+	ASSERT_NE(MAP_FAILED, big);
+	imr = ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ODP_ACCESS);
+	ASSERT_NE(NULL, imr);
+	EXPECT_EQ(mrs + 1, dbg_stat("num_odp_mrs"));
+	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
+	EXPECT_NE(NULL, strstr(line, " odp implicit ")) TH_LOG("%s", line);
+	EXPECT_EQ(0, field(line, "odp_children")) TH_LOG("%s", line);
+
+	/* Two pages at each of 16 scattered places, 4 GiB apart, written and read back. */
+	for (int i = 0; i < TOUCHES; i++) {
+		char *at = big + i * (SPARSE / TOUCHES) + ((i * 7919ull) % (GiB / PAGE)) * PAGE;
+		uint64_t s[2] = { (uintptr_t)at >> 30, ((uintptr_t)at + 2 * PAGE - 1) >> 30 };
+
+		fill(self->pin, 2 * PAGE, 30 + i);
+		ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, 2 * PAGE, (uintptr_t)at,
+					       imr->rkey));
+		ASSERT_EQ(0, memcmp(at, self->pin, 2 * PAGE));
+		memset(self->pin, 0, 2 * PAGE);
+		ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 2 * PAGE, (uintptr_t)at,
+					       imr->rkey));
+		ASSERT_EQ(0, memcmp(at, self->pin, 2 * PAGE));
+		for (int k = 0; k < 2; k++) {
+			int seen = 0;
+
+			for (int j = 0; j < nslots; j++)
+				seen |= slots[j] == s[k];
+			if (!seen)
+				slots[nslots++] = s[k];
+		}
+	}
+	EXPECT_EQ(2 * TOUCHES, counter("num_page_fault_pages") - pages);
+	EXPECT_EQ(2 * TOUCHES, dbg_stat("num_odp_mr_pages") - mapped);
+	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
+	EXPECT_EQ(nslots, field(line, "odp_children")) TH_LOG("%s", line);
+	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 1));
+	EXPECT_EQ(2 * TOUCHES, field(line, "page_faults")) TH_LOG("%s", line);
+
+	/* Unmapping invalidates every page; the children, empty, are reaped. */
+	ASSERT_EQ(0, munmap(big, SPARSE));
+	EXPECT_EQ(mapped, dbg_stat("num_odp_mr_pages"));
+	for (int i = 0; i < 100; i++) {
+		ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
+		if (field(line, "odp_children") == 0)
+			break;
+		usleep(50 * 1000);
+	}
+	EXPECT_EQ(0, field(line, "odp_children")) TH_LOG("%s", line);
+	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 1));
+	EXPECT_EQ(2 * TOUCHES, field(line, "page_invalidations")) TH_LOG("%s", line);
+	ASSERT_EQ(0, ibv_dereg_mr(imr));
+	EXPECT_EQ(mrs, dbg_stat("num_odp_mrs"));
+}
+
+TEST_F(odp, implicit_mr_keys_work_in_every_operation)
+{
+	struct ibv_mr *imr = ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ODP_ACCESS);
+	char *mem = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t *word = (uint64_t *)(mem + 9 * PAGE);
+	struct ibv_wc wc;
+
+	ASSERT_NE(NULL, imr);
+	ASSERT_NE(MAP_FAILED, mem);
+	/* Send from implicit memory into implicit memory (both local SGEs). */
+	fill(mem, 3 * PAGE, 31);
+	ASSERT_EQ(0, post_recv(self->qp[0], mem + 16 * PAGE, 3 * PAGE, imr->lkey, 1));
+	ASSERT_EQ(0, post_send(self->qp[1], IBV_WR_SEND, mem, 3 * PAGE, imr->lkey, 0, 0, 0, 2));
+	ASSERT_EQ(1, poll1(self->cq[1], &wc, 20000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(1, poll1(self->cq[0], &wc, 20000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(0, memcmp(mem, mem + 16 * PAGE, 3 * PAGE));
+	/* Atomics on a word the device faults in. */
+	ASSERT_EQ(0, post_atomic(self->qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->pin,
+				 self->pin_mr->lkey, (uintptr_t)word, imr->rkey, 9, 0));
+	ASSERT_EQ(1, poll1(self->cq[0], &wc, 20000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(9, *word);
+	/* A range of the implicit MR the process has not mapped, and one past its address space. */
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_READ, 0, 8, 4096, imr->rkey));
+	ibv_dereg_mr(imr);
+	munmap(mem, LEN);
+}
+
+TEST_F(odp, implicit_mr_past_the_address_space_and_with_an_iova_is_refused)
+{
+	struct ibv_mr *imr = ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ODP_ACCESS);
+
+	ASSERT_NE(NULL, imr);
+	/* The parent's keys name user addresses: an iova is refused. */
+	errno = 0;
+	EXPECT_EQ(NULL, ibv_reg_mr_iova(self->d.pd, NULL, SIZE_MAX, 0x10000, ODP_ACCESS));
+	EXPECT_EQ(EINVAL, errno);
+	/* Implicit without ODP is just too large. */
+	EXPECT_EQ(NULL, ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ALL_ACCESS));
+	/* Kernel addresses are outside the process's address space. */
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, 0xffff888000000000ull,
+					      imr->rkey));
+	ibv_dereg_mr(imr);
+}
+
+TEST_F(odp, implicit_prefetch_faults_children_in)
+{
+	struct ibv_mr *imr = ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ODP_ACCESS);
+	char *mem = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_sge sge = { (uintptr_t)mem, LEN, 0 };
+	long pages = counter("num_page_fault_pages");
+	char line[1024];
+
+	ASSERT_NE(NULL, imr);
+	sge.lkey = imr->lkey;
+	/* Nothing present: no fault, nothing mapped. */
+	ASSERT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT,
+				   IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	ASSERT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+				   IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
+	EXPECT_EQ(NPAGES, counter("num_page_fault_pages") - pages);
+	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 1));
+	EXPECT_EQ(NPAGES, field(line, "page_prefetch")) TH_LOG("%s", line);
+	fill(self->pin, LEN, 32);
+	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)mem, imr->rkey));
+	EXPECT_EQ(0, memcmp(mem, self->pin, LEN));
+	EXPECT_EQ(NPAGES, counter("num_page_fault_pages") - pages);
+	ibv_dereg_mr(imr);
+	munmap(mem, LEN);
 }
 
 TEST_HARNESS_MAIN

@@ -19,6 +19,8 @@
 #include <linux/scatterlist.h>
 #include <linux/workqueue.h>
 #include <linux/sysfs.h>
+#include <linux/sched/mm.h>
+#include <net/netlink.h>
 #include <rodp_helpers.h>
 
 struct ib_device *rodp_helper_ib_alloc_device(size_t size)
@@ -318,21 +320,6 @@ bool rodp_helper_virt_addr_valid(const void *p)
 	return virt_addr_valid(p);
 }
 
-/* ODP: the page behind entry idx of the umem's pfn list, if mapped (and writable when write
- * is set); the caller holds umem_mutex. */
-struct page *rodp_helper_odp_page(struct ib_umem_odp *odp, size_t idx, bool write)
-{
-	unsigned long need = HMM_PFN_VALID | (write ? HMM_PFN_WRITE : 0);
-	unsigned long pfn;
-
-	if (idx >= ib_umem_odp_num_pages(odp))
-		return NULL;
-	pfn = odp->map.pfn_list[idx];
-	if ((pfn & need) != need)
-		return NULL;
-	return hmm_pfn_to_page(pfn);
-}
-
 unsigned long rodp_helper_odp_start(struct ib_umem_odp *odp)
 {
 	return ib_umem_start(odp);
@@ -368,14 +355,54 @@ void rodp_helper_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigne
 	mmu_interval_set_seq(mni, seq);
 }
 
-/* Valid entries of the pfn list in [first, last) (counted before an invalidation). */
-size_t rodp_helper_odp_count_valid(struct ib_umem_odp *odp, size_t first, size_t last)
+/* ODP: entry idx of the umem's pfn list (hmm's view); the caller holds umem_mutex. */
+u64 rodp_helper_odp_pfn(struct ib_umem_odp *odp, size_t idx)
 {
-	size_t n = 0;
+	return odp->map.pfn_list[idx];
+}
 
-	for (; first < last && first < ib_umem_odp_num_pages(odp); first++)
-		n += !!(odp->map.pfn_list[first] & HMM_PFN_VALID);
-	return n;
+/* ODP: the page of an hmm pfn rodp copied into its MTT while the pfn was valid. */
+struct page *rodp_helper_hmm_pfn_to_page(u64 pfn)
+{
+	return hmm_pfn_to_page(pfn);
+}
+
+/* ODP: a page the device may have written is dirty (ib_core does this only for DMA devices). */
+void rodp_helper_set_page_dirty_head(struct page *page)
+{
+	set_page_dirty(compound_head(page));
+}
+
+/*
+ * Implicit ODP: ib_umem_odp_alloc_implicit() records current->mm without a reference, and
+ * children are made from it later, possibly after the process has exited; hold the mm_struct
+ * for the parent's life. Returns the end of the process's user address space.
+ */
+u64 rodp_helper_odp_grab_mm(struct ib_umem_odp *odp)
+{
+	mmgrab(odp->umem.owning_mm);
+	return odp->umem.owning_mm->task_size;
+}
+
+void rodp_helper_odp_drop_mm(struct ib_umem_odp *odp)
+{
+	mmdrop(odp->umem.owning_mm);
+}
+
+/* Nested netlink attributes for the per-MR restrack views. */
+struct nlattr *rodp_helper_nl_nest_start(struct sk_buff *msg, int attr)
+{
+	return nla_nest_start(msg, attr);
+}
+
+void rodp_helper_nl_nest_end(struct sk_buff *msg, struct nlattr *nest)
+{
+	nla_nest_end(msg, nest);
+}
+
+void rodp_helper_nl_nest_cancel(struct sk_buff *msg, struct nlattr *nest)
+{
+	nla_nest_cancel(msg, nest);
 }
 
 u64 rodp_helper_hmm_pfn_mask(bool write)

@@ -77,6 +77,8 @@ pub(crate) struct DeviceAttr {
     /// Explicit ODP MRs for RC (send, receive, write, read, atomic, SRQ receive) and UD (send,
     /// receive, SRQ receive).
     pub(crate) odp: bool,
+    /// Implicit ODP MRs (`reg_mr(NULL, SIZE_MAX)`), with `odp`.
+    pub(crate) odp_implicit: bool,
     /// Multicast groups.
     pub(crate) max_mcast_grp: u32,
     /// QPs per multicast group.
@@ -262,6 +264,14 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// Detaches a QP from the multicast group `mgid`.
     fn detach_mcast(dev: &Device<Self>, qp: &Self::Qp, mgid: &[u8; 16]) -> Result;
+
+    /// For `rdma resource show mr`: whether an MR is an explicit or implicit ODP MR, and an
+    /// implicit MR's number of children; `None` for other MRs.
+    fn mr_odp_kind(mr: &Self::Mr) -> Option<(&'static CStr, Option<usize>)>;
+
+    /// For `rdma statistic mr show`: an ODP MR's `page_faults`, `page_faults_handled`,
+    /// `page_invalidations`, `page_invalidations_handled` and `page_prefetch`.
+    fn mr_odp_stats(mr: &Self::Mr) -> Option<[u64; 5]>;
 
     /// The device's ODP totals, in the order of `<ibdev>/odp_stats/` in sysfs:
     /// `num_page_faults`, `num_page_fault_pages`, `num_invalidations`,
@@ -460,6 +470,8 @@ impl<T: Driver> Device<T> {
         detach_mcast: Some(Self::detach_mcast_cb),
         alloc_hw_port_stats: Some(Self::alloc_hw_port_stats_cb),
         get_hw_stats: Some(Self::get_hw_stats_cb),
+        fill_res_mr_entry: Some(Self::fill_res_mr_entry_cb),
+        fill_stat_mr_entry: Some(Self::fill_stat_mr_entry_cb),
         size_ib_ucontext: size_of::<UContext<T>>(),
         size_ib_pd: size_of::<Pd<T>>(),
         size_ib_cq: size_of::<Cq<T>>(),
@@ -517,6 +529,10 @@ impl<T: Driver> Device<T> {
                     bindings::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
                 let c = &mut (*attr).odp_caps;
                 c.general_caps = bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64;
+                if a.odp_implicit {
+                    c.general_caps |=
+                        bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT_IMPLICIT as u64;
+                }
                 let (send, recv, write, read, atomic, srq) = (
                     bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND,
                     bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV,
