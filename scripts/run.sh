@@ -46,6 +46,7 @@ depmod -b "$share/modules" "$kver"
 cp "$RODP_TOP/selftests/guest/init.sh" "$share/guest-init"
 cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/tools.sh" \
 	"$RODP_TOP/selftests/guest/pyverbs.sh" "$RODP_TOP/selftests/pyverbs-gaps" \
+	"$RODP_TOP/selftests/pyverbs-must-pass" \
 	"$RODP_TOP/selftests/guest/$task.sh" "$share/"
 cp -a "$RODP_TOP/selftests/build" "$share/tests"
 printf '%s\n' "$task" > "$share/task"

@@ -260,14 +260,14 @@ static long dbg_stat(const char *name)
 }
 
 /*
- * The line `rdma` prints for the MR with lkey: `rdma -d resource show mr` (with the driver's
- * attributes) or, given its mrn, `rdma statistic mr show`. Returns 0 if found.
+ * The line `rdma` prints for the MR with lkey: `rdma -dd resource show mr` (with the driver's
+ * details) or, given its mrn, `rdma statistic mr mrn N`. Returns 0 if found.
  */
 static int mr_line(uint32_t lkey, char *line, size_t len, int stats)
 {
 	char out[16384], key[64], *p, *e;
 
-	if (sh(out, sizeof(out), "rdma -d resource show mr"))
+	if (sh(out, sizeof(out), "rdma -dd resource show mr"))
 		return -1;
 	snprintf(key, sizeof(key), "lkey 0x%x ", lkey);
 	p = strstr(out, key);
@@ -275,15 +275,19 @@ static int mr_line(uint32_t lkey, char *line, size_t len, int stats)
 		return -1;
 	while (p > out && p[-1] != '\n')
 		p--;
-	e = strchr(p, '\n');
-	snprintf(line, len, "%.*s", e ? (int)(e - p) : (int)strlen(p), p);
+	/* Driver attributes follow on indented lines; join them into one. */
+	for (e = strchr(p, '\n'); e && e[1] == ' '; e = strchr(e + 1, '\n'))
+		*e = ' ';
+	snprintf(line, len, "%.*s ", e ? (int)(e - p) : (int)strlen(p), p);
 	if (stats) {
 		long mrn = -1;
 		char *m = strstr(line, "mrn ");
 
 		if (!m || sscanf(m, "mrn %ld", &mrn) != 1 ||
-		    sh(out, sizeof(out), "rdma statistic mr show | grep 'mrn %ld '", mrn))
+		    sh(out, sizeof(out), "rdma statistic mr mrn %ld", mrn)) {
+			fprintf(stderr, "# rdma statistic mr: %s\n", out);
 			return -1;
+		}
 		snprintf(line, len, "%.*s", (int)len - 1, out);
 	}
 	return 0;
@@ -309,9 +313,9 @@ TEST_F(odp, debugfs_and_netlink_show_the_odp_state)
 	/* The fixture's ODP MR; nothing mapped yet. */
 	EXPECT_LE(1, mrs);
 	ASSERT_EQ(0, mr_line(self->odp_mr->lkey, line, sizeof(line), 0));
-	EXPECT_NE(NULL, strstr(line, " odp explicit ")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, " drv_odp explicit ")) TH_LOG("%s", line);
 	ASSERT_EQ(0, mr_line(self->pin_mr->lkey, line, sizeof(line), 0));
-	EXPECT_EQ(NULL, strstr(line, " odp ")) TH_LOG("%s", line);
+	EXPECT_EQ(NULL, strstr(line, " drv_odp ")) TH_LOG("%s", line);
 
 	fill(self->pin, LEN, 21);
 	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, 10 * PAGE));
@@ -524,8 +528,8 @@ TEST_F(odp, implicit_mr_covers_a_sparse_64_gib_range)
 	ASSERT_NE(NULL, imr);
 	EXPECT_EQ(mrs + 1, dbg_stat("num_odp_mrs"));
 	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
-	EXPECT_NE(NULL, strstr(line, " odp implicit ")) TH_LOG("%s", line);
-	EXPECT_EQ(0, field(line, "odp_children")) TH_LOG("%s", line);
+	EXPECT_NE(NULL, strstr(line, " drv_odp implicit ")) TH_LOG("%s", line);
+	EXPECT_EQ(0, field(line, "drv_odp_children")) TH_LOG("%s", line);
 
 	/* Two pages at each of 16 scattered places, 4 GiB apart, written and read back. */
 	for (int i = 0; i < TOUCHES; i++) {
@@ -552,7 +556,7 @@ TEST_F(odp, implicit_mr_covers_a_sparse_64_gib_range)
 	EXPECT_EQ(2 * TOUCHES, counter("num_page_fault_pages") - pages);
 	EXPECT_EQ(2 * TOUCHES, dbg_stat("num_odp_mr_pages") - mapped);
 	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
-	EXPECT_EQ(nslots, field(line, "odp_children")) TH_LOG("%s", line);
+	EXPECT_EQ(nslots, field(line, "drv_odp_children")) TH_LOG("%s", line);
 	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 1));
 	EXPECT_EQ(2 * TOUCHES, field(line, "page_faults")) TH_LOG("%s", line);
 
@@ -561,11 +565,11 @@ TEST_F(odp, implicit_mr_covers_a_sparse_64_gib_range)
 	EXPECT_EQ(mapped, dbg_stat("num_odp_mr_pages"));
 	for (int i = 0; i < 100; i++) {
 		ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
-		if (field(line, "odp_children") == 0)
+		if (field(line, "drv_odp_children") == 0)
 			break;
 		usleep(50 * 1000);
 	}
-	EXPECT_EQ(0, field(line, "odp_children")) TH_LOG("%s", line);
+	EXPECT_EQ(0, field(line, "drv_odp_children")) TH_LOG("%s", line);
 	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 1));
 	EXPECT_EQ(2 * TOUCHES, field(line, "page_invalidations")) TH_LOG("%s", line);
 	ASSERT_EQ(0, ibv_dereg_mr(imr));

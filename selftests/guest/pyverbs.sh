@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # rdma-core's Python suite (pyverbs' tests, unchanged) against kernel rxe and then rodp in this
 # one guest boot, never both loaded. Writes results/pyverbs.tap: one line per test, failing
-# only where rodp fails a test rxe passes; prints both pass/fail/skip tables. Sourced by
+# where rodp fails a test rxe passes or one of selftests/pyverbs-must-pass (unless
+# selftests/pyverbs-gaps gives the reason); prints both pass/fail/skip tables. Sourced by
 # check.sh after lib.sh (rodp is loaded on entry and on return).
 
 py_src=/usr/share/doc/rdma-core/tests
@@ -48,7 +49,8 @@ py_run rodp
 
 # What failed on rodp, and why (unittest's report after the list of tests).
 sed -n '/^=====/,$p' "$res/pyverbs.rodp.log" | head -200
-python3 - "$res/pyverbs.rxe" "$res/pyverbs.rodp" "$res/pyverbs.tap" /mnt/rodp/pyverbs-gaps <<'PY'
+python3 - "$res/pyverbs.rxe" "$res/pyverbs.rodp" "$res/pyverbs.tap" /mnt/rodp/pyverbs-gaps \
+	/mnt/rodp/pyverbs-must-pass <<'PY'
 import collections, re, sys
 def load(p):
     r = collections.OrderedDict()
@@ -57,10 +59,14 @@ def load(p):
         r[name] = st
     return r
 rxe, rodp, out = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
-gaps = [l.rstrip("\n").split("\t", 1) for l in open(sys.argv[4])
-        if l.strip() and not l.startswith("#")]
+def rules(path):
+    return [l.rstrip("\n").split("\t", 1) for l in open(path)
+            if l.strip() and not l.startswith("#")]
+gaps, musts = rules(sys.argv[4]), rules(sys.argv[5])
 def gap(name):
     return next((why for pat, why in gaps if re.search(pat, name)), None)
+def must(name):
+    return any(re.search(pat, name) for pat, _ in musts)
 for label, res in (("rxe", rxe), ("rodp", rodp)):
     c = collections.Counter(res.values())
     print(f"pyverbs on {label:4}: {c['ok']:4} passed {c['FAIL'] + c['ERROR']:4} failed "
@@ -70,10 +76,12 @@ for i, name in enumerate(sorted(set(rxe) | set(rodp)), 1):
     a, b = rxe.get(name, "absent"), rodp.get(name, "absent")
     if b == "ok":
         lines.append(f"ok {i} {name}")
-    elif a == "ok" and gap(name):
+    elif (a == "ok" or must(name)) and gap(name):
         lines.append(f"ok {i} {name} # SKIP {gap(name)}")
     elif a == "ok":
         lines.append(f"not ok {i} {name} # rxe passes, rodp {b}")
+    elif must(name):
+        lines.append(f"not ok {i} {name} # rodp must pass (pyverbs-must-pass), rodp {b}, rxe {a}")
     else:
         lines.append(f"ok {i} {name} # SKIP rodp {b}, rxe {a}")
     print(f"{name:90} rxe {a:6} rodp {b}")

@@ -58,6 +58,8 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
 done
 # On-demand paging: rdma-core's ODP ping-pong and perftest's --odp, rodp0 to rodp1.
 tool "ibv_rc_pingpong odp rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 200 -o
+tool "ibv_rc_pingpong odp prefetch rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 200 -o -P
+tool "ibv_rc_pingpong implicit odp rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 200 -O
 for t in ib_write_bw ib_read_bw ib_send_bw; do
 	tool "$t odp 65536 rodp0-rodp1" rodp0 rodp1 $t -x 1 -n 50 -s 65536 --odp
 done

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rodp ODP stress: for 60 s (RODP_STRESS_SECONDS), one thread writes, reads back and adds to
+ * memory through an explicit and an implicit ODP MR over the same range, while another thread
+ * replaces that memory under it (mmap MAP_FIXED), advises it away (MADV_DONTNEED), prefetches
+ * it, and unmaps and remaps a part of the MR no transfer targets. Every word read back is the
+ * value just written or zero (a page replaced in between); every transfer succeeds. Afterwards
+ * no page stays mapped for the device, and slab objects, free memory and the module count are
+ * back to their baseline.
+ */
+#include "rodp_verbs.h"
+#include "kselftest_harness.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define PAGE 4096
+#define NPAGES 256			/* the range transfers use */
+#define SPARE 64			/* more pages in the MR that only the mutator touches */
+#define LEN ((NPAGES + SPARE) * PAGE)
+#define MAXMSG (64 * 1024)
+#define ODP_ACCESS (ALL_ACCESS | IBV_ACCESS_ON_DEMAND)
+#define SLAB_SLACK 600
+
+static long mem_free_kb(void)
+{
+	char out[64];
+
+	sh(NULL, 0, "sync; echo 3 > /proc/sys/vm/drop_caches");
+	if (sh(out, sizeof(out), "awk '/^MemFree:/ {print $2}' /proc/meminfo"))
+		return -1;
+	return atol(out);
+}
+
+static long mapped_pages(void)
+{
+	return read_long("/sys/kernel/debug/rodp/rodp0/odp_stats/num_odp_mr_pages");
+}
+
+struct mutator {
+	char *mem;
+	struct ibv_pd *pd;
+	uint32_t lkey;
+	atomic_int stop;
+	long ops;
+};
+
+static void *mutate(void *arg)
+{
+	struct mutator *m = arg;
+	unsigned int seed = 7;
+
+	while (!atomic_load(&m->stop)) {
+		size_t first = rand_r(&seed) % NPAGES;
+		size_t n = 1 + rand_r(&seed) % (NPAGES - first < 16 ? NPAGES - first : 16);
+		char *at = m->mem + first * PAGE;
+		struct ibv_sge sge = { (uintptr_t)at, n * PAGE, m->lkey };
+
+		switch (rand_r(&seed) % 4) {
+		case 0:
+			madvise(at, n * PAGE, MADV_DONTNEED);
+			break;
+		case 1:
+			mmap(at, n * PAGE, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+			break;
+		case 2:
+			ibv_advise_mr(m->pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &sge, 1);
+			break;
+		case 3:
+			/* A hole, then memory again, where no transfer goes. */
+			at = m->mem + (NPAGES + rand_r(&seed) % (SPARE - 8)) * PAGE;
+			munmap(at, 8 * PAGE);
+			mmap(at, 8 * PAGE, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+			break;
+		}
+		m->ops++;
+		usleep(rand_r(&seed) % 500);
+	}
+	return NULL;
+}
+
+/* A minute of traffic plus setup and the slab settling take minutes under TCG. */
+FIXTURE(slow) {};
+FIXTURE_SETUP(slow) { ensure_netdevs(); }
+FIXTURE_TEARDOWN(slow) {}
+
+TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
+{
+	long seconds = getenv("RODP_STRESS_SECONDS") ? atol(getenv("RODP_STRESS_SECONDS")) : 60;
+	long slab0, free0, refs0, transfers = 0, zero_words = 0, bad = 0;
+	struct ibv_mr *pin_mr, *odp_mr, *imr;
+	struct ibv_cq *cq[2];
+	struct ibv_qp *qp[2];
+	struct mutator m = { 0 };
+	uint64_t *out, *back;
+	unsigned int seed = 1;
+	pthread_t thread;
+	struct dev d;
+	struct ibv_wc wc;
+	long end;
+
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	refs0 = module_refcnt("rodp");
+	slab0 = kmalloc_objects();
+	free0 = mem_free_kb();
+	ASSERT_EQ(0, dev_open(&d, "rodp0"));
+	for (int i = 0; i < 2; i++) {
+		cq[i] = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
+		ASSERT_NE(NULL, cq[i]);
+		qp[i] = make_qp(&d, cq[i], cq[i], IBV_QPT_RC, NULL);
+		ASSERT_NE(NULL, qp[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		ASSERT_EQ(0, rc_connect(qp[i], &d, qp[!i]->qp_num, &d.gid, &rc_default));
+	out = mmap(NULL, 2 * MAXMSG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, out);
+	back = out + MAXMSG / 8;
+	pin_mr = ibv_reg_mr(d.pd, out, 2 * MAXMSG, ALL_ACCESS);
+	ASSERT_NE(NULL, pin_mr);
+	m.mem = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, m.mem);
+	odp_mr = ibv_reg_mr(d.pd, m.mem, LEN, ODP_ACCESS);
+	ASSERT_NE(NULL, odp_mr);
+	imr = ibv_reg_mr(d.pd, NULL, SIZE_MAX, ODP_ACCESS);
+	ASSERT_NE(NULL, imr);
+	m.pd = d.pd;
+	m.lkey = odp_mr->lkey;
+	ASSERT_EQ(0, pthread_create(&thread, NULL, mutate, &m));
+
+	end = now_ms() + seconds * 1000;
+	while (now_ms() < end && !bad) {
+		/* A word-aligned range of up to 64 KiB anywhere in the transfer pages. */
+		size_t off = (rand_r(&seed) % (NPAGES * PAGE / 8)) * 8;
+		size_t len = (1 + rand_r(&seed) % (MAXMSG / 8)) * 8;
+		uint32_t rkey = transfers % 2 ? imr->rkey : odp_mr->rkey;
+		uint64_t raddr = (uintptr_t)m.mem + off;
+
+		if (off + len > NPAGES * PAGE)
+			len = NPAGES * PAGE - off;
+		for (size_t w = 0; w < len / 8; w++)
+			out[w] = (uint64_t)(transfers + 1) << 32 | w;
+		memset(back, 0xa5, len);
+		ASSERT_EQ(0, post_send(qp[0], IBV_WR_RDMA_WRITE, out, len, pin_mr->lkey, raddr,
+				       rkey, 0, 1));
+		ASSERT_EQ(1, poll1(cq[0], &wc, 30000));
+		ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+		ASSERT_EQ(0, post_send(qp[0], IBV_WR_RDMA_READ, back, len, pin_mr->lkey, raddr,
+				       rkey, 0, 2));
+		ASSERT_EQ(1, poll1(cq[0], &wc, 30000));
+		ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+		for (size_t w = 0; w < len / 8; w++) {
+			if (back[w] == 0)
+				zero_words++;
+			else if (back[w] != out[w] && bad++ < 5)
+				TH_LOG("transfer %ld word %zu: read %#lx, wrote %#lx", transfers, w,
+				       (unsigned long)back[w], (unsigned long)out[w]);
+		}
+		if (transfers % 8 == 0) {
+			ASSERT_EQ(0, post_atomic(qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, back,
+						 pin_mr->lkey, raddr & ~7ull, rkey, 1, 0));
+			ASSERT_EQ(1, poll1(cq[0], &wc, 30000));
+			ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+		}
+		transfers++;
+	}
+	atomic_store(&m.stop, 1);
+	pthread_join(thread, NULL);
+	TH_LOG("%ld transfers, %ld memory changes, %ld words found replaced by zero pages",
+	       transfers, m.ops, zero_words);
+	EXPECT_EQ(0, bad);
+	EXPECT_LT(100, transfers);
+	EXPECT_LT(100, m.ops);
+
+	ASSERT_EQ(0, ibv_dereg_mr(imr));
+	ASSERT_EQ(0, ibv_dereg_mr(odp_mr));
+	EXPECT_EQ(0, mapped_pages());
+	ibv_dereg_mr(pin_mr);
+	for (int i = 0; i < 2; i++) {
+		ibv_destroy_qp(qp[i]);
+		ibv_destroy_cq(cq[i]);
+	}
+	dev_close(&d);
+	munmap(m.mem, LEN);
+	munmap(out, 2 * MAXMSG);
+	/* Slab objects back to where they were, give or take unrelated kernel activity. */
+	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0) - slab0);
+	/* Nothing the device mapped stays allocated (a little slack for the page cache). */
+	EXPECT_GE(8 * 1024, free0 - mem_free_kb());
+	EXPECT_EQ(refs0, module_refcnt("rodp"));
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+TEST_HARNESS_MAIN
