@@ -11,7 +11,7 @@ use crate::{
     ib::{
         kmem,
         odp::{CounterSets, Odp, OdpCounters},
-        umem::{AtomicOp, Umem},
+        umem::{copy_pages, AtomicOp, Umem},
         verbs::access,
     },
     limit::Token,
@@ -372,8 +372,9 @@ impl MrShared {
         }
     }
 
-    /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned MRs,
-    /// through a bounce buffer when kernel or ODP memory takes part.
+    /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned and ODP
+    /// memory (holding the ODP umem's mutex up to 64 KiB at a time), through a bounce buffer
+    /// when kernel memory takes part or both sides are ODP (no copy holds two umem mutexes).
     pub(crate) fn copy_from(
         &self,
         off: usize,
@@ -381,8 +382,25 @@ impl MrShared {
         src_off: usize,
         len: usize,
     ) -> Result {
-        if let (Memory::Pinned(d), Memory::Pinned(s)) = (&self.mem, &src.mem) {
-            return d.pages().copy_from(off, s.pages(), src_off, len);
+        match (&self.mem, &src.mem) {
+            (Memory::Pinned(d), Memory::Pinned(s)) => {
+                return d.pages().copy_from(off, s.pages(), src_off, len);
+            }
+            (Memory::Odp(d), Memory::Pinned(s)) => {
+                return d.each(off, len, |u, uoff, pos, n| {
+                    u.with_chunks(uoff, n, true, |v, voff, vn| {
+                        copy_pages(v, voff, s.pages(), src_off + pos + (voff - uoff), vn)
+                    })
+                });
+            }
+            (Memory::Pinned(d), Memory::Odp(s)) => {
+                return s.each(src_off, len, |u, uoff, pos, n| {
+                    u.with_chunks(uoff, n, false, |v, voff, vn| {
+                        copy_pages(d.pages(), off + pos + (voff - uoff), v, voff, vn)
+                    })
+                });
+            }
+            _ => {}
         }
         src.touch(src_off, len, false)?;
         self.touch(off, len, true)?;

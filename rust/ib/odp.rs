@@ -18,7 +18,7 @@
 
 use super::{
     device::{Device, Driver},
-    umem::{AtomicOp, Mapped},
+    umem::{AtomicOp, Mapped, Pages},
     wq,
 };
 use crate::bindings;
@@ -38,6 +38,9 @@ use kernel::{
 
 /// Largest range one fault maps (the batching bound).
 const FAULT_BATCH: usize = 2 << 20;
+
+/// Most bytes one hold of a umem's mutex copies (an invalidation waits at most that long).
+const HOLD: usize = 64 << 10;
 
 /// Fault attempts before an access gives up (each one lost to an invalidation).
 const ATTEMPTS: u32 = 8;
@@ -468,6 +471,24 @@ impl OdpUmem {
         Err(EAGAIN)
     }
 
+    /// Runs `f(view, offset, length)` over `[off, off + len)` in pieces of at most 64 KiB, each
+    /// with the mutex held and its pages present (see `with_pages`).
+    pub(crate) fn with_chunks(
+        &self,
+        off: usize,
+        len: usize,
+        write: bool,
+        mut f: impl FnMut(&OdpView<'_>, usize, usize) -> Result,
+    ) -> Result {
+        let mut pos = 0;
+        while pos < len {
+            let n = (len - pos).min(HOLD);
+            self.with_pages(off + pos, n, write, |v| f(v, off + pos, n))?;
+            pos += n;
+        }
+        Ok(())
+    }
+
     /// Maps `[off, off + len)` into the MTT: with `fault`, faulting missing pages in (writable
     /// when `write`), without, only the pages present. Returns the pages it made usable.
     fn map(&self, off: usize, len: usize, write: bool, fault: bool) -> Result<usize> {
@@ -550,12 +571,22 @@ pub(crate) struct OdpView<'a> {
     write: bool,
 }
 
+impl Pages for OdpView<'_> {
+    fn page_at(&self, off: usize, write: bool) -> Result<(NonNull<bindings::page>, usize, usize)> {
+        if write && !self.write {
+            return Err(EFAULT);
+        }
+        let (idx, po) = self.odp.locate(off);
+        let page = self.l.page(idx, write).ok_or(EFAULT)?;
+        Ok((page, po, PAGE_SIZE - po))
+    }
+}
+
 impl OdpView<'_> {
     /// The mapped page holding byte `off`, the offset in it and the bytes left in it.
     fn page(&self, off: usize, write: bool) -> Result<(Mapped, usize, usize)> {
-        let (idx, po) = self.odp.locate(off);
-        let page = self.l.page(idx, write).ok_or(EFAULT)?;
-        Ok((Mapped::new(page), po, PAGE_SIZE - po))
+        let (page, po, room) = self.page_at(off, write)?;
+        Ok((Mapped::new(page), po, room))
     }
 
     /// Copies `out.len()` bytes at `off` into `out`.

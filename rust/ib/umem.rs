@@ -97,6 +97,51 @@ impl Drop for Mapped {
     }
 }
 
+/// Memory the engine copies between page by page: pinned pages, or an ODP range while its
+/// mutex is held.
+pub(crate) trait Pages {
+    /// The page holding byte `off` (writable when `write`), the offset in it, and how many
+    /// bytes from there the page and the memory both still hold.
+    fn page_at(&self, off: usize, write: bool) -> Result<(NonNull<bindings::page>, usize, usize)>;
+}
+
+impl Pages for PageList {
+    fn page_at(&self, off: usize, _write: bool) -> Result<(NonNull<bindings::page>, usize, usize)> {
+        let left = self.len.checked_sub(off).filter(|&l| l > 0).ok_or(EFAULT)?;
+        let (page, po) = self.locate(off);
+        Ok((page, po, (PAGE_SIZE - po).min(left)))
+    }
+}
+
+/// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, with no bounce
+/// buffer.
+pub(crate) fn copy_pages(
+    dst: &impl Pages,
+    mut doff: usize,
+    src: &impl Pages,
+    mut soff: usize,
+    len: usize,
+) -> Result {
+    let mut left = len;
+    while left > 0 {
+        let (dp, dpo, droom) = dst.page_at(doff, true)?;
+        let (sp, spo, sroom) = src.page_at(soff, false)?;
+        let n = droom.min(sroom).min(left);
+        let d = Mapped::new(dp);
+        let s = Mapped::new(sp);
+        // SAFETY: Both mappings cover their page and `n` stays inside both. Source and
+        // destination may be the same page (a loopback copy onto itself): `copy` allows
+        // overlap.
+        unsafe { core::ptr::copy(s.0.as_ptr().add(spo), d.0.as_ptr().add(dpo), n) };
+        drop(s);
+        drop(d);
+        left -= n;
+        doff += n;
+        soff += n;
+    }
+    Ok(())
+}
+
 impl PageList {
     /// The page holding byte `off` and the offset in it; `off < len` is checked by callers.
     fn locate(&self, off: usize) -> (NonNull<bindings::page>, usize) {
@@ -142,31 +187,14 @@ impl PageList {
     /// Copies `len` bytes from `src` at `src_off` to `self` at `off`, page to page.
     pub(crate) fn copy_from(
         &self,
-        mut off: usize,
+        off: usize,
         src: &PageList,
-        mut src_off: usize,
+        src_off: usize,
         len: usize,
     ) -> Result {
         self.check(off, len)?;
         src.check(src_off, len)?;
-        let mut left = len;
-        while left > 0 {
-            let (dp, dpo) = self.locate(off);
-            let (sp, spo) = src.locate(src_off);
-            let n = (PAGE_SIZE - dpo).min(PAGE_SIZE - spo).min(left);
-            let d = Mapped::new(dp);
-            let s = Mapped::new(sp);
-            // SAFETY: Both mappings cover their page and `n` stays inside both. Source and
-            // destination may be the same page (a loopback copy onto itself): `copy` allows
-            // overlap.
-            unsafe { core::ptr::copy(s.0.as_ptr().add(spo), d.0.as_ptr().add(dpo), n) };
-            drop(s);
-            drop(d);
-            left -= n;
-            off += n;
-            src_off += n;
-        }
-        Ok(())
+        copy_pages(self, off, src, src_off, len)
     }
 
     /// Performs `op` on the naturally aligned 64-bit word at `off`; returns its old value.

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
-# `make bench`: perftest against kernel rxe, then against rodp, in this one guest boot (never
-# both loaded: see Documentation/rodp.rst), and the guest's memcpy bandwidth as the ceiling.
+# `make bench`: perftest and bench_odp against kernel rxe, then against rodp, in this one guest
+# boot (never both loaded: see Documentation/rodp.rst), and the guest's memcpy bandwidth as the
+# ceiling.
 # Bandwidth in MB/s (perftest's BW average), latency in usec (perftest's t_typical).
 . /mnt/rodp/lib.sh
 make_netdevs
@@ -35,6 +36,9 @@ run() {
 	for c in $cases; do
 		echo "$c $(measure ${drv}0 ${drv}1 ${c%%:*} ${c##*:})"
 	done > "$res/bench.$drv"
+	# ODP: first touch, prefetch, ODP vs pinned vs implicit, invalidation (bench_odp.c).
+	timeout 1800 /mnt/rodp/tests/bench_odp ${drv}0 ${drv}1 ${RODP_BENCH_ODP_MB:-1024} \
+		> "$res/bench.odp.$drv" 2> "$res/bench.odp.$drv.err" || true
 	rdma link delete ${drv}0
 	rdma link delete ${drv}1
 }
@@ -44,6 +48,8 @@ memcpy=$(/mnt/rodp/tests/bench_memcpy)
 drivers=${RODP_BENCH_DRIVERS:-rxe rodp}
 : > "$res/bench.rxe"
 : > "$res/bench.rodp"
+: > "$res/bench.odp.rxe"
+: > "$res/bench.odp.rodp"
 case $drivers in *rxe*) modprobe rdma_rxe && run rxe; rmmod rdma_rxe ;; esac
 case $drivers in *rodp*) modprobe rodp && run rodp; rmmod rodp ;; esac
 
@@ -59,3 +65,21 @@ awk -v memcpy="$memcpy" '
 	}' "$res/bench.rxe" "$res/bench.rodp" > "$res/bench.table"
 printf "%-14s %8s %5s %12s %12s %8s %10s\n" test bytes unit rxe rodp rodp/rxe "of memcpy"
 cat "$res/bench.table"
+
+echo "== make bench: ODP, rodp vs rxe (${RODP_BENCH_ODP_MB:-1024} MiB first-touch range)"
+awk '
+	FILENAME == ARGV[1] { rxe[$1] = $2; next }
+	{ rodp[$1] = $2; order[++n] = $1 }
+	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }
+	END {
+		printf "%-26s %12s %12s %9s\n", "figure", "rxe", "rodp", "rodp/rxe"
+		for (i = 1; i <= n; i++) {
+			k = order[i]
+			printf "%-26s %12s %12s %9s\n", k, rxe[k], rodp[k], ratio(rodp[k], rxe[k])
+		}
+		print "targets (rodp):"
+		printf "  first touch vs rxe        %6s  (>= 2)\n", ratio(rodp["first_touch_pages_per_s"], rxe["first_touch_pages_per_s"])
+		printf "  prefetch speeds first xfer %5s  (>= 5)\n", ratio(rodp["first_xfer_us"], rodp["first_xfer_prefetched_us"])
+		printf "  ODP / pinned steady state %6s  (>= 0.95)\n", ratio(rodp["odp_MBps"], rodp["pinned_MBps"])
+		printf "  implicit / explicit       %6s  (>= 0.95)\n", ratio(rodp["implicit_MBps"], rodp["odp_MBps"])
+	}' "$res/bench.odp.rxe" "$res/bench.odp.rodp" | tee "$res/bench.odp.table"
