@@ -889,7 +889,13 @@ impl Odp {
             Kind::Explicit(u) => f(u, off, 0, len),
             Kind::Implicit(i) => pieces(off, len, |slot, coff, pos, n| {
                 let child = i.child(slot)?;
-                f(&child, coff, pos, n)
+                let r = f(&child, coff, pos, n);
+                if r.is_err() && child.idle() {
+                    // A child made for memory the process does not have: no invalidation will
+                    // ever reap it, so the reaper is told now.
+                    i.children.schedule_reap();
+                }
+                r
             }),
         }
     }
