@@ -25,7 +25,8 @@ static long mem_free_kb(void)
 {
 	char out[64];
 
-	sh(NULL, 0, "sync; echo 3 > /proc/sys/vm/drop_caches");
+	/* Empty the page cache and the per-CPU free lists, which hold pages in flux. */
+	sh(NULL, 0, "sync; echo 3 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory");
 	if (sh(out, sizeof(out), "awk '/^MemFree:/ {print $2}' /proc/meminfo"))
 		return -1;
 	return atol(out);
@@ -88,7 +89,7 @@ FIXTURE_TEARDOWN(slow) {}
 TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 {
 	long seconds = getenv("RODP_STRESS_SECONDS") ? atol(getenv("RODP_STRESS_SECONDS")) : 60;
-	long slab0, free0, refs0, transfers = 0, zero_words = 0, bad = 0;
+	long slab0, free0, free1, refs0, transfers = 0, zero_words = 0, bad = 0;
 	struct ibv_mr *pin_mr, *odp_mr, *imr;
 	struct ibv_cq *cq[2];
 	struct ibv_qp *qp[2];
@@ -185,8 +186,13 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 	munmap(out, 2 * MAXMSG);
 	/* Slab objects back to where they were, give or take unrelated kernel activity. */
 	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0) - slab0);
-	/* Nothing the device mapped stays allocated (a little slack for the page cache). */
-	EXPECT_GE(8 * 1024, free0 - mem_free_kb());
+	/*
+	 * Nothing the device mapped stays allocated. ODP holds no page references, so a leak would
+	 * be whole ranges (the test churns hundreds of MiB); 32 MiB of slack covers the kernel's
+	 * own caches (per-CPU lists, page tables, slab growth).
+	 */
+	free1 = mem_free_kb();
+	EXPECT_GE(32 * 1024, free0 - free1) TH_LOG("MemFree %ld kB -> %ld kB", free0, free1);
 	EXPECT_EQ(refs0, module_refcnt("rodp"));
 	sh(NULL, 0, "rdma link delete rodp0");
 }
