@@ -18,7 +18,7 @@
 
 use super::{
     device::{Device, Driver},
-    umem::{AtomicOp, Mapped, Pages},
+    umem::{non_err, AtomicOp, DevRef, Mapped, Pages},
     wq,
 };
 use crate::bindings;
@@ -298,11 +298,12 @@ unsafe extern "C" fn invalidate_cb(
 ///
 /// `raw` is a live ODP umem with a notifier using [`OPS`], released on drop; its `private` is
 /// `state` (leaked from a box, freed after the release), with one MTT entry per page of the
-/// umem; `dev` carries one `ib_device_try_get` reference owned by this object.
+/// umem.
 pub(crate) struct OdpUmem {
     raw: NonNull<bindings::ib_umem_odp>,
     state: NonNull<State>,
-    dev: NonNull<bindings::ib_device>,
+    /// Given back after the umem is released (fields drop after `drop`).
+    _dev: DevRef,
     /// Offset of the umem's first byte in its first page.
     lead: usize,
     /// Whether the pages may be mapped writable.
@@ -317,13 +318,13 @@ unsafe impl Sync for OdpUmem {}
 impl OdpUmem {
     /// Wraps the umem `alloc` makes for `len` bytes at `addr` on `dev`.
     fn new(
-        dev: *mut bindings::ib_device,
+        dev: DevRef,
         addr: u64,
         len: usize,
         writable: bool,
         counters: CounterSets,
         parent: Option<Arc<Children>>,
-        alloc: impl FnOnce() -> *mut bindings::ib_umem_odp,
+        alloc: impl FnOnce(*mut bindings::ib_device) -> *mut bindings::ib_umem_odp,
     ) -> Result<Self> {
         let lead = addr as usize % PAGE_SIZE;
         let pages = lead.checked_add(len).ok_or(EOVERFLOW)?.div_ceil(PAGE_SIZE);
@@ -336,36 +337,20 @@ impl OdpUmem {
             },
             GFP_KERNEL,
         )?;
-        // SAFETY: The caller passes a live device (a verbs call runs on it, or an MR of it
-        // holds a reference).
-        if !unsafe { bindings::ib_device_try_get(dev) } {
-            return Err(ENODEV);
-        }
-        let raw = alloc();
-        // SAFETY: `raw` is a pointer or an error pointer.
-        if unsafe { bindings::is_err(raw.cast()) } {
-            // SAFETY: As above; the device reference taken above is given back.
-            let e = unsafe {
-                bindings::ib_device_put(dev);
-                bindings::ptr_err(raw.cast())
-            };
-            return Err(Error::from_errno(e as i32));
-        }
+        let raw = non_err(alloc(dev.as_ptr()))?;
         let state = NonNull::from(KBox::leak(state));
         // SAFETY: `raw` is a valid ODP umem. Its notifier may already run (the process can
         // unmap at any time); the callback reads `private` only under the mutex taken here.
         unsafe {
-            bindings::odp_lock(raw);
-            (*raw).private = state.as_ptr().cast();
-            bindings::odp_unlock(raw);
+            bindings::odp_lock(raw.as_ptr());
+            (*raw.as_ptr()).private = state.as_ptr().cast();
+            bindings::odp_unlock(raw.as_ptr());
         }
-        // INVARIANT: See the type; the device reference moves into the object.
+        // INVARIANT: See the type.
         Ok(Self {
-            // SAFETY: Not an error pointer, so a valid umem.
-            raw: unsafe { NonNull::new_unchecked(raw) },
+            raw,
             state,
-            // SAFETY: A live device is not null.
-            dev: unsafe { NonNull::new_unchecked(dev) },
+            _dev: dev,
             lead,
             writable,
         })
@@ -380,10 +365,10 @@ impl OdpUmem {
         counters: CounterSets,
     ) -> Result<Self> {
         let len = usize::try_from(len).map_err(|_| EINVAL)?;
-        let ib = dev.as_raw();
-        Self::new(ib, addr, len, writable(access), counters, None, || {
-            // SAFETY: FFI call on a live device from the registering process's context; `OPS`
-            // is static.
+        let dev = DevRef::get(dev)?;
+        Self::new(dev, addr, len, writable(access), counters, None, |ib| {
+            // SAFETY: FFI call on a live device (referenced) from the registering process's
+            // context; `OPS` is static.
             unsafe { bindings::ib_umem_odp_get(ib, addr as c_ulong, len, access as i32, &OPS) }
         })
     }
@@ -546,11 +531,10 @@ impl Drop for OdpUmem {
             l.clear(0..n);
         }
         // SAFETY: Releasing unregisters the notifier (no callback runs after it); then the
-        // state and the device reference are ours to give back (type invariant).
+        // state is ours to free (type invariant).
         unsafe {
             bindings::ib_umem_odp_release(self.raw.as_ptr());
             drop(KBox::from_raw(self.state.as_ptr()));
-            bindings::ib_device_put(self.dev.as_ptr());
         }
     }
 }
@@ -726,12 +710,12 @@ impl Children {
 /// # Invariants
 ///
 /// `root` came from `ib_umem_odp_alloc_implicit` and is released on drop, after every child;
-/// its `owning_mm` carries an `mmgrab` of this object; `dev` carries one `ib_device_try_get`
-/// reference owned by this object.
+/// its `owning_mm` carries an `mmgrab` of this object.
 pub(crate) struct ImplicitOdp {
     root: NonNull<bindings::ib_umem_odp>,
     children: Arc<Children>,
-    dev: NonNull<bindings::ib_device>,
+    /// Given back after the root is released (fields drop after `drop`).
+    dev: DevRef,
     counters: CounterSets,
     /// First address past the process's user address space.
     va_end: u64,
@@ -748,32 +732,19 @@ impl ImplicitOdp {
     /// An implicit ODP registration for the calling process.
     fn new<T: Driver>(dev: &Device<T>, access: u32, counters: CounterSets) -> Result<Self> {
         let children = Children::new()?;
-        let ib = dev.as_raw();
-        // SAFETY: The device is live (a verbs call is running on it).
-        if !unsafe { bindings::ib_device_try_get(ib) } {
-            return Err(ENODEV);
-        }
-        // SAFETY: FFI call from the registering process's context.
-        let root = unsafe { bindings::ib_umem_odp_alloc_implicit(ib, access as i32) };
-        // SAFETY: `root` is a pointer or an error pointer.
-        if unsafe { bindings::is_err(root.cast()) } {
-            // SAFETY: As above; the reference taken above is given back.
-            let e = unsafe {
-                bindings::ib_device_put(ib);
-                bindings::ptr_err(root.cast())
-            };
-            return Err(Error::from_errno(e as i32));
-        }
+        let dev = DevRef::get(dev)?;
+        // SAFETY: FFI call on a live device (referenced) from the registering process's
+        // context.
+        let root =
+            non_err(unsafe { bindings::ib_umem_odp_alloc_implicit(dev.as_ptr(), access as i32) })?;
         // SAFETY: A valid umem whose `owning_mm` is the caller's mm, which is live. The root
         // takes no reference of its own; children are made from it later.
-        let va_end = unsafe { bindings::odp_grab_mm(root) };
+        let va_end = unsafe { bindings::odp_grab_mm(root.as_ptr()) };
         // INVARIANT: See the type.
         Ok(Self {
-            // SAFETY: Not an error pointer.
-            root: unsafe { NonNull::new_unchecked(root) },
+            root,
             children,
-            // SAFETY: A live device is not null.
-            dev: unsafe { NonNull::new_unchecked(ib) },
+            dev,
             counters,
             va_end,
             writable: writable(access),
@@ -786,14 +757,14 @@ impl ImplicitOdp {
             let addr = (slot << CHILD_SHIFT) as u64;
             let root = self.root.as_ptr();
             OdpUmem::new(
-                self.dev.as_ptr(),
+                self.dev.try_clone()?,
                 addr,
                 CHILD_SIZE,
                 self.writable,
                 self.counters.clone(),
                 Some(self.children.clone()),
                 // SAFETY: The root is live (type invariant); `OPS` is static.
-                || unsafe {
+                |_| unsafe {
                     bindings::ib_umem_odp_alloc_child(root, addr as c_ulong, CHILD_SIZE, &OPS)
                 },
             )
@@ -810,12 +781,11 @@ impl Drop for ImplicitOdp {
     fn drop(&mut self) {
         self.children.reap(true);
         // SAFETY: Every child is released (a child still used by the reaper holds its own
-        // references to the mm and the device); the root, the mm grab and the device
-        // reference are ours (type invariant).
+        // references to the mm and the device); the root and the mm grab are ours (type
+        // invariant).
         unsafe {
             bindings::odp_drop_mm(self.root.as_ptr());
             bindings::ib_umem_odp_release(self.root.as_ptr());
-            bindings::ib_device_put(self.dev.as_ptr());
         }
     }
 }

@@ -214,11 +214,12 @@ impl PageList {
 /// # Invariants
 ///
 /// `raw` is a umem from `ib_umem_get_va`, released on drop; `pages` lists its pinned pages;
-/// `dev` is the umem's device, on which this object owns one `ib_device_try_get` reference.
+/// `_dev` references the umem's device and is given back after the release (fields drop
+/// after `drop`).
 pub(crate) struct Umem {
     raw: NonNull<bindings::ib_umem>,
     pages: PageList,
-    dev: NonNull<bindings::ib_device>,
+    _dev: DevRef,
 }
 
 // SAFETY: A umem may be released from any thread.
@@ -235,12 +236,7 @@ impl Umem {
         access: u32,
     ) -> Result<Self> {
         let len_us = usize::try_from(len).map_err(|_| EINVAL)?;
-        // SAFETY: The device is live (a verbs call is running on it).
-        if !unsafe { bindings::ib_device_try_get(dev.as_raw()) } {
-            return Err(ENODEV);
-        }
-        // SAFETY: `dev` is not null (it is a live device).
-        let dev_ref = DevRef(unsafe { NonNull::new_unchecked(dev.as_raw()) });
+        let dev_ref = DevRef::get(dev)?;
         // SAFETY: FFI call on a live device from the registering process's context.
         let raw = unsafe {
             bindings::ib_umem_get_attr_or_va(
@@ -252,15 +248,7 @@ impl Umem {
                 access as i32,
             )
         };
-        // SAFETY: `raw` is a pointer or an error pointer.
-        if unsafe { bindings::is_err(raw.cast()) } {
-            // SAFETY: As above.
-            return Err(Error::from_errno(
-                unsafe { bindings::ptr_err(raw.cast()) } as i32
-            ));
-        }
-        // SAFETY: Not an error pointer, so a valid umem.
-        let raw = unsafe { NonNull::new_unchecked(raw) };
+        let raw = non_err(raw)?;
         let offset = (addr as usize) & !PAGE_MASK;
         let npages = (offset + len_us).div_ceil(PAGE_SIZE);
         let mut pages = KVVec::with_capacity(npages, GFP_KERNEL).inspect_err(|_| {
@@ -296,7 +284,7 @@ impl Umem {
                 offset,
                 len: len_us,
             },
-            dev: core::mem::ManuallyDrop::new(dev_ref).0,
+            _dev: dev_ref,
         })
     }
 
@@ -312,16 +300,59 @@ impl Drop for Umem {
         // dies with `self`, so no page is used after the unpin. The device is still
         // registered-or-waiting: our reference holds its unregistration.
         unsafe { bindings::ib_umem_release(self.raw.as_ptr()) };
-        drop(DevRef(self.dev));
+        // `dev` is given back after this, with the fields.
     }
 }
 
-/// One `ib_device_try_get` reference, given back on drop.
-struct DevRef(NonNull<bindings::ib_device>);
+/// One `ib_device_try_get` reference, given back on drop: the memory objects hold one, so that
+/// unregistration waits for a transfer that outlives their MR.
+///
+/// # Invariants
+///
+/// The reference on the device was taken by `ib_device_try_get` and is owned by this object.
+pub(super) struct DevRef(NonNull<bindings::ib_device>);
+
+// SAFETY: A device reference may be given back from any thread.
+unsafe impl Send for DevRef {}
+// SAFETY: It is only read.
+unsafe impl Sync for DevRef {}
+
+impl DevRef {
+    /// A reference on `dev`; `ENODEV` once it is unregistering.
+    pub(super) fn get<T: Driver>(dev: &Device<T>) -> Result<Self> {
+        Self::try_get(NonNull::new(dev.as_raw()).ok_or(ENODEV)?)
+    }
+
+    /// Another reference on the same device.
+    pub(super) fn try_clone(&self) -> Result<Self> {
+        Self::try_get(self.0)
+    }
+
+    fn try_get(dev: NonNull<bindings::ib_device>) -> Result<Self> {
+        // SAFETY: Callers pass a live device: one a verbs call runs on, or one this object
+        // already holds a reference on.
+        if !unsafe { bindings::ib_device_try_get(dev.as_ptr()) } {
+            return Err(ENODEV);
+        }
+        // INVARIANT: Just taken.
+        Ok(Self(dev))
+    }
+
+    /// The device.
+    pub(super) fn as_ptr(&self) -> *mut bindings::ib_device {
+        self.0.as_ptr()
+    }
+}
 
 impl Drop for DevRef {
     fn drop(&mut self) {
         // SAFETY: The reference was taken with `ib_device_try_get` and is given back once.
         unsafe { bindings::ib_device_put(self.0.as_ptr()) };
     }
+}
+
+/// The object an ib_core function returned, or the error its `ERR_PTR` carries (a null
+/// pointer is `ENOMEM`).
+pub(super) fn non_err<T>(p: *mut T) -> Result<NonNull<T>> {
+    NonNull::new(kernel::error::from_err_ptr(p)?).ok_or(ENOMEM)
 }
