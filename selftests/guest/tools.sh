@@ -7,25 +7,34 @@ tools_tap=$res/tools.tap
 : > "$tools_tap.body"
 
 # pair NAME SERVER_CMD CLIENT_CMD: starts the server, then the client a second later; passes
-# when both exit 0 within 120 s.
+# when both exit 0 within 120 s. perftest gives up when it cannot calibrate its cycle counter
+# against the clock ("Can't produce a report", r^2 < 0.9: the emulated TSC drifts under load);
+# that says nothing about the device, so such a run is repeated once.
 pair() {
 	name=$1
 	tools_n=$((tools_n + 1))
-	log=$(mktemp)
-	timeout 120 $2 > "$log.s" 2>&1 &
-	spid=$!
-	sleep 1
-	crc=0 src=0
-	timeout 120 $3 > "$log.c" 2>&1 || crc=$?
-	wait $spid || src=$?
-	if [ $src -eq 0 ] && [ $crc -eq 0 ]; then
-		echo "ok $tools_n $name" >> "$tools_tap.body"
-	else
-		echo "not ok $tools_n $name # server $src, client $crc" >> "$tools_tap.body"
-		sed 's/^/# server: /' "$log.s" >> "$tools_tap.body"
-		sed 's/^/# client: /' "$log.c" >> "$tools_tap.body"
-	fi
-	rm -f "$log" "$log.s" "$log.c"
+	for attempt in 1 2; do
+		log=$(mktemp)
+		timeout 120 $2 > "$log.s" 2>&1 &
+		spid=$!
+		sleep 1
+		crc=0 src=0
+		timeout 120 $3 > "$log.c" 2>&1 || crc=$?
+		wait $spid || src=$?
+		if [ $src -eq 0 ] && [ $crc -eq 0 ]; then
+			echo "ok $tools_n $name" >> "$tools_tap.body"
+		elif [ $attempt = 1 ] && grep -q "Can't produce a report" "$log.s" "$log.c"; then
+			echo "# $name: perftest could not calibrate its clock; once more" >> "$tools_tap.body"
+			rm -f "$log" "$log.s" "$log.c"
+			continue
+		else
+			echo "not ok $tools_n $name # server $src, client $crc" >> "$tools_tap.body"
+			sed 's/^/# server: /' "$log.s" >> "$tools_tap.body"
+			sed 's/^/# client: /' "$log.c" >> "$tools_tap.body"
+		fi
+		rm -f "$log" "$log.s" "$log.c"
+		break
+	done
 }
 
 # tool NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG -d SERVER_DEV ARGS, then
