@@ -10,7 +10,9 @@ import re
 import sys
 
 SPLATS = [
-    r"WARNING:", r"BUG:", r"Oops", r"KASAN:", r"UBSAN:", r"INFO: possible",
+    # The kernel's WARNING lines start the line (WARN, lockdep, RCU); programs' output quoted in
+    # the TAP results (perftest's "WARNING: BW peak won't be measured") is prefixed with "#".
+    r"^\s*(\[[^\]]*\]\s*)?WARNING:", r"BUG:", r"Oops", r"KASAN:", r"UBSAN:", r"INFO: possible",
     r"possible recursive locking", r"circular locking dependency", r"inconsistent lock state",
     r"refcount_t:", r"sleeping function called from invalid context", r"Kernel panic",
     r"general protection fault", r"list_add corruption", r"list_del corruption", r"ODEBUG:",
