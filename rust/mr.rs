@@ -33,7 +33,8 @@ pub(crate) const MAX_MR: u32 = (1 << 24) - 1;
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
 
 /// Access flags rodp implements.
-const SUPPORTED: u32 = access::LOCAL_WRITE
+const SUPPORTED: u32 = access::HUGETLB
+    | access::LOCAL_WRITE
     | access::REMOTE_WRITE
     | access::REMOTE_READ
     | access::REMOTE_ATOMIC
@@ -99,6 +100,9 @@ impl Mr {
         if acc & !SUPPORTED != 0 {
             return Err(EOPNOTSUPP);
         }
+        // A hint only: rodp translates 4 KiB pages whatever backs them (ib_core would size an
+        // ODP umem's pages by it, and refuse it for implicit ODP).
+        let acc = acc & !access::HUGETLB;
         let odp = acc & access::ON_DEMAND != 0;
         let implicit = odp && start == 0 && length == u64::MAX;
         if implicit && iova != 0 {

@@ -145,6 +145,8 @@ pub(crate) mod access {
     pub(crate) const REMOTE_ATOMIC: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC;
     /// On-demand paging.
     pub(crate) const ON_DEMAND: u32 = bindings::ib_access_flags_IB_ACCESS_ON_DEMAND;
+    /// The memory is backed by huge pages (a hint: rodp translates 4 KiB pages either way).
+    pub(crate) const HUGETLB: u32 = bindings::ib_access_flags_IB_ACCESS_HUGETLB;
     /// Flags a consumer may pass that a device is free to ignore.
     pub(crate) const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
 }

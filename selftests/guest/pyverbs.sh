@@ -41,6 +41,8 @@ for line in open(sys.argv[1], errors="replace"):
 PY
 }
 
+# The huge-page ODP tests need 2 MiB pages allocated (64 MiB).
+echo 32 > /proc/sys/vm/nr_hugepages
 rmmod rodp
 modprobe rdma_rxe && py_run rxe
 rmmod rdma_rxe
