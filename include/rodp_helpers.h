@@ -61,6 +61,7 @@ struct mmu_notifier_range;
 unsigned long rodp_helper_odp_start(struct ib_umem_odp *odp);
 unsigned long rodp_helper_odp_end(struct ib_umem_odp *odp);
 void rodp_helper_odp_lock(struct ib_umem_odp *odp);
+void rodp_helper_odp_lock_second(struct ib_umem_odp *odp);
 void rodp_helper_odp_unlock(struct ib_umem_odp *odp);
 struct ib_umem_odp *rodp_helper_odp_of_notifier(struct mmu_interval_notifier *mni);
 bool rodp_helper_mmu_range_blockable(const struct mmu_notifier_range *range);

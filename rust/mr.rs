@@ -10,7 +10,7 @@ use crate::{
     device::{Device, Pd, Tables},
     ib::{
         kmem,
-        odp::{CounterSets, Odp, OdpCounters},
+        odp::{CounterSets, Odp, OdpCounters, OdpUmem},
         umem::{copy_pages, AtomicOp, Umem},
         verbs::access,
     },
@@ -377,8 +377,8 @@ impl MrShared {
     }
 
     /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned and ODP
-    /// memory (holding the ODP umem's mutex up to 64 KiB at a time), through a bounce buffer
-    /// when kernel memory takes part or both sides are ODP (no copy holds two umem mutexes).
+    /// memory (holding the ODP umems' mutexes, in address order, up to 64 KiB at a time),
+    /// through a bounce buffer when kernel memory takes part.
     pub(crate) fn copy_from(
         &self,
         off: usize,
@@ -401,6 +401,13 @@ impl MrShared {
                 return s.each(src_off, len, |u, uoff, pos, n| {
                     u.with_chunks(uoff, n, false, |v, voff, vn| {
                         copy_pages(d.pages(), off + pos + (voff - uoff), v, voff, vn)
+                    })
+                });
+            }
+            (Memory::Odp(d), Memory::Odp(s)) => {
+                return d.each(off, len, |du, duoff, dpos, dn| {
+                    s.each(src_off + dpos, dn, |su, suoff, spos, sn| {
+                        OdpUmem::copy(du, duoff + spos, su, suoff, sn)
                     })
                 });
             }

@@ -335,6 +335,15 @@ void rodp_helper_odp_lock(struct ib_umem_odp *odp)
 	mutex_lock(&odp->umem_mutex);
 }
 
+/*
+ * The second of two umem mutexes a copy between ODP ranges holds; the caller takes them in
+ * address order, so two copies never wait for each other.
+ */
+void rodp_helper_odp_lock_second(struct ib_umem_odp *odp)
+{
+	mutex_lock_nested(&odp->umem_mutex, SINGLE_DEPTH_NESTING);
+}
+
 void rodp_helper_odp_unlock(struct ib_umem_odp *odp)
 {
 	mutex_unlock(&odp->umem_mutex);

@@ -18,7 +18,7 @@
 
 use super::{
     device::{Device, Driver},
-    umem::{non_err, AtomicOp, DevRef, Mapped, Pages},
+    umem::{copy_pages, non_err, AtomicOp, DevRef, Mapped, Pages},
     wq,
 };
 use crate::bindings;
@@ -378,6 +378,96 @@ impl OdpUmem {
         unsafe { bindings::odp_lock(self.raw.as_ptr()) };
         // SAFETY: Just locked.
         unsafe { self.assume_locked() }
+    }
+
+    /// Takes the mutex while holding another umem's, which is at a lower address.
+    fn lock_second(&self) -> Locked<'_> {
+        // SAFETY: `raw` is live.
+        unsafe { bindings::odp_lock_second(self.raw.as_ptr()) };
+        // SAFETY: Just locked.
+        unsafe { self.assume_locked() }
+    }
+
+    /// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, holding both
+    /// umems' mutexes (taken in address order; one when they are the same umem) for at most
+    /// 64 KiB at a time; faults missing pages in and retries when an invalidation wins.
+    pub(crate) fn copy(
+        dst: &OdpUmem,
+        doff: usize,
+        src: &OdpUmem,
+        soff: usize,
+        len: usize,
+    ) -> Result {
+        if !dst.writable {
+            return Err(EFAULT);
+        }
+        let mut pos = 0;
+        while pos < len {
+            let n = (len - pos).min(HOLD);
+            let (dpages, spages) = (dst.span(doff + pos, n), src.span(soff + pos, n));
+            let mut attempt = 0;
+            loop {
+                // Whether each side misses pages; copied when neither does.
+                let missing = |d: &Locked<'_>, s: &Locked<'_>| {
+                    (
+                        d.missing(dpages.clone(), true) > 0,
+                        s.missing(spages.clone(), false) > 0,
+                    )
+                };
+                let (dmiss, smiss) = if core::ptr::eq(dst, src) {
+                    let l = dst.lock();
+                    let m = missing(&l, &l);
+                    if m == (false, false) {
+                        let v = OdpView {
+                            odp: dst,
+                            l,
+                            write: true,
+                        };
+                        copy_pages(&v, doff + pos, &v, soff + pos, n)?;
+                    }
+                    m
+                } else {
+                    let dst_first = dst.raw.as_ptr() < src.raw.as_ptr();
+                    let (a, b) = if dst_first { (dst, src) } else { (src, dst) };
+                    let la = a.lock();
+                    let lb = b.lock_second();
+                    let (ld, ls) = if dst_first { (la, lb) } else { (lb, la) };
+                    let m = missing(&ld, &ls);
+                    if m == (false, false) {
+                        let d = OdpView {
+                            odp: dst,
+                            l: ld,
+                            write: true,
+                        };
+                        let s = OdpView {
+                            odp: src,
+                            l: ls,
+                            write: false,
+                        };
+                        copy_pages(&d, doff + pos, &s, soff + pos, n)?;
+                    }
+                    m
+                };
+                if (dmiss, smiss) == (false, false) {
+                    break;
+                }
+                attempt += 1;
+                if attempt > 1 {
+                    dst.counters().add(|c| &c.contentions, 1);
+                }
+                if attempt > ATTEMPTS {
+                    return Err(EAGAIN);
+                }
+                if dmiss {
+                    dst.map(doff + pos, n, true, true)?;
+                }
+                if smiss {
+                    src.map(soff + pos, n, false, true)?;
+                }
+            }
+            pos += n;
+        }
+        Ok(())
     }
 
     /// # Safety
