@@ -21,16 +21,22 @@ py_run() {
 	rdma link delete ${drv}0
 	python3 - "$res/pyverbs.$drv.log" > "$res/pyverbs.$drv" <<'PY'
 import re, sys
-# unittest -v prints "name (id) ... status"; output a test prints itself may come between the
-# "..." and the status, which then starts a later line.
+# unittest -v prints "name (id) ... status"; a test with a docstring prints "name (id)" alone
+# and "first docstring line ... status" on the next line; output a test prints itself may come
+# between the "..." and the status, which then starts a later line.
 status = r"(ok|FAIL|ERROR|skipped|expected failure)"
 pending = None
 for line in open(sys.argv[1], errors="replace"):
     m = re.match(r"(test\S+) \((\S+)\)(?: \S.*)? \.\.\. ?(.*)", line)
+    d = re.match(r"(test\S+) \((\S+)\)\s*$", line)
     if m:
         pending, rest = m.group(2), m.group(3)
+    elif d:
+        pending = d.group(2)
+        continue
     elif pending:
-        rest = line
+        e = re.search(r" \.\.\. ?(.*)$", line)
+        rest = e.group(1) if e else line
     else:
         continue
     s = re.match(status, rest.strip())
