@@ -66,7 +66,6 @@ void rodp_helper_odp_unlock(struct ib_umem_odp *odp);
 struct ib_umem_odp *rodp_helper_odp_of_notifier(struct mmu_interval_notifier *mni);
 bool rodp_helper_mmu_range_blockable(const struct mmu_notifier_range *range);
 void rodp_helper_mmu_interval_set_seq(struct mmu_interval_notifier *mni, unsigned long seq);
-u64 rodp_helper_hmm_pfn_mask(bool write);
 void rodp_helper_set_odp_reader(u64 (*reader)(struct ib_device *dev, unsigned int idx));
 struct attribute_group;
 const struct attribute_group *rodp_helper_odp_group(void);

@@ -414,11 +414,6 @@ void rodp_helper_nl_nest_cancel(struct sk_buff *msg, struct nlattr *nest)
 	nla_nest_cancel(msg, nest);
 }
 
-u64 rodp_helper_hmm_pfn_mask(bool write)
-{
-	return HMM_PFN_VALID | (write ? HMM_PFN_WRITE : 0);
-}
-
 /* The device's ODP counters in sysfs, as <ibdev>/odp_stats/<name> (the layout of the earlier
  * Mellanox OFED stack); the values come from the Rust driver through odp_reader. */
 static u64 (*odp_reader)(struct ib_device *dev, unsigned int idx);

@@ -120,6 +120,16 @@ impl CounterSets {
     }
 }
 
+/// The hmm pfn flags a page needs to be read (`write`: written) by the device.
+const fn need(write: bool) -> u64 {
+    let valid = bindings::hmm_pfn_flags_HMM_PFN_VALID as u64;
+    if write {
+        valid | bindings::hmm_pfn_flags_HMM_PFN_WRITE as u64
+    } else {
+        valid
+    }
+}
+
 /// What the notifier callback of one umem reaches through `ib_umem_odp::private`.
 struct State {
     counters: CounterSets,
@@ -158,30 +168,31 @@ impl Locked<'_> {
         unsafe { &mut *self.state.mapped.get() }
     }
 
+    /// Whether MTT entry `idx` is usable (writable when `write`).
+    fn usable(&self, idx: usize, write: bool) -> bool {
+        let need = need(write);
+        self.mtt().get(idx).is_some_and(|pfn| pfn & need == need)
+    }
+
     /// The page of MTT entry `idx` if usable (writable when `write`).
     fn page(&self, idx: usize, write: bool) -> Option<NonNull<bindings::page>> {
-        // SAFETY: Pure function.
-        let need = unsafe { bindings::hmm_pfn_mask(write) };
-        let pfn = *self.mtt().get(idx)?;
-        if pfn & need != need {
+        if !self.usable(idx, write) {
             return None;
         }
         // SAFETY: A valid hmm pfn names a page; it stays allocated until the callback, which
         // needs the mutex we hold, clears the entry.
-        NonNull::new(unsafe { bindings::hmm_pfn_to_page(pfn) })
+        NonNull::new(unsafe { bindings::hmm_pfn_to_page(self.mtt()[idx]) })
     }
 
     /// Entries in `pages` not usable (not writable when `write`).
     fn missing(&self, pages: core::ops::Range<usize>, write: bool) -> usize {
-        pages.filter(|&i| self.page(i, write).is_none()).count()
+        pages.filter(|&i| !self.usable(i, write)).count()
     }
 
     /// Copies the entries of `pages` that the umem's pfn list holds as valid (a fault has just
     /// validated them) into the MTT; returns how many became usable (writable when `write`).
     fn fill(&mut self, pages: core::ops::Range<usize>, write: bool) -> usize {
-        // SAFETY: Pure functions.
-        let (valid, need) =
-            unsafe { (bindings::hmm_pfn_mask(false), bindings::hmm_pfn_mask(write)) };
+        let (valid, need) = (need(false), need(write));
         let (mut usable, mut new) = (0, 0);
         for i in pages {
             // SAFETY: The umem is live and its mutex held; `i` is below the MTT's length, which
@@ -567,8 +578,7 @@ impl OdpUmem {
     /// Maps `[off, off + len)` into the MTT: with `fault`, faulting missing pages in (writable
     /// when `write`), without, only the pages present. Returns the pages it made usable.
     fn map(&self, off: usize, len: usize, write: bool, fault: bool) -> Result<usize> {
-        // SAFETY: Pure function.
-        let mask = unsafe { bindings::hmm_pfn_mask(write) };
+        let mask = need(write);
         let mut done = 0;
         let mut usable = 0;
         while done < len {
