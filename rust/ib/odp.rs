@@ -42,8 +42,10 @@ const FAULT_BATCH: usize = 2 << 20;
 /// Most bytes one hold of a umem's mutex copies (an invalidation waits at most that long).
 const HOLD: usize = 64 << 10;
 
-/// Fault attempts before an access gives up (each one lost to an invalidation).
-const ATTEMPTS: u32 = 8;
+/// Fault attempts before an access gives up (each one lost to an invalidation). A device
+/// retries a fault it loses to the MM: only memory that changes faster than it can be faulted
+/// in, hundreds of times in a row, ends an access in error.
+const ATTEMPTS: u32 = 256;
 
 /// Address space each child of an implicit MR covers: 1 GiB (mlx5's `mlx5_imr_mtt_shift`).
 pub(crate) const CHILD_SHIFT: u32 = 30;
@@ -470,10 +472,10 @@ impl OdpUmem {
                     return Err(EAGAIN);
                 }
                 if dmiss {
-                    dst.map(doff + pos, n, true, true)?;
+                    dst.fault_in(doff + pos, n, true)?;
                 }
                 if smiss {
-                    src.map(soff + pos, n, false, true)?;
+                    src.fault_in(soff + pos, n, false)?;
                 }
             }
             pos += n;
@@ -552,9 +554,18 @@ impl OdpUmem {
             if attempt > 0 {
                 self.counters().add(|c| &c.contentions, 1);
             }
-            self.map(off, len, write, true)?;
+            self.fault_in(off, len, write)?;
         }
         Err(EAGAIN)
+    }
+
+    /// Faults `[off, off + len)` in; a fault that lost to invalidations throughout is left to
+    /// the caller's next attempt.
+    fn fault_in(&self, off: usize, len: usize, write: bool) -> Result {
+        match self.map(off, len, write, true) {
+            Err(e) if e == EBUSY => Ok(()),
+            r => r.map(|_| ()),
+        }
     }
 
     /// Runs `f(view, offset, length)` over `[off, off + len)` in pieces of at most 64 KiB, each
@@ -593,6 +604,10 @@ impl OdpUmem {
                     fault,
                 )
             };
+            if r == EBUSY.to_errno() {
+                // hmm's walk kept losing to invalidations until its timeout: a lost race.
+                return Err(EBUSY);
+            }
             if r < 0 {
                 self.counters().add(|c| &c.failed, 1);
                 return Err(EFAULT);
@@ -614,7 +629,9 @@ impl OdpUmem {
         if fault {
             self.with_pages(off, len, write, |_| Ok(()))?;
         } else {
-            self.map(off, len, false, false)?;
+            // Pages the MM keeps changing are simply not mapped ahead.
+            self.map(off, len, false, false)
+                .or_else(|e| if e == EBUSY { Ok(0) } else { Err(e) })?;
         }
         let pages = self.span(off, len);
         let n = pages.len() - self.lock().missing(pages, false);
