@@ -264,8 +264,8 @@ impl Prefetch {
     }
 
     /// Adds `len` bytes at `addr` through `key`, checked against `pd` as ib_core and users
-    /// expect: an unknown key `ENOENT`, another PD's MR or a write without local write
-    /// `EACCES`, a range outside the MR `EFAULT`, an MR that is not ODP `EINVAL` (as rxe).
+    /// expect: an unknown key or another PD's MR `ENOENT` (as mlx5), a write without local
+    /// write `EACCES`, a range outside the MR `EFAULT`, an MR that is not ODP `EINVAL` (as rxe).
     pub(crate) fn add(
         &mut self,
         tables: &Tables,

@@ -162,6 +162,28 @@ TEST_F(odp, prefetch_faults_ahead_and_checks_its_arguments)
 	EXPECT_EQ(EFAULT, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
 	sge = (struct ibv_sge){ (uintptr_t)self->pin, PAGE, self->pin_mr->lkey };
 	EXPECT_EQ(EINVAL, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
+	/* A writable prefetch of an MR without local write, another PD's MR, unknown flags. */
+	{
+		struct ibv_mr *ro = ibv_reg_mr(self->d.pd, self->odp, LEN,
+					       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND);
+		struct ibv_pd *pd2 = ibv_alloc_pd(self->d.ctx);
+		struct ibv_sge g = { (uintptr_t)self->odp, PAGE, 0 };
+
+		ASSERT_NE(NULL, ro);
+		ASSERT_NE(NULL, pd2);
+		g.lkey = ro->lkey;
+		EXPECT_EQ(EACCES, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+						IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
+		EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH,
+					   IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
+		g.lkey = self->odp_mr->lkey;
+		/* As mlx5: a key another PD's MR holds is unknown to this PD. */
+		EXPECT_EQ(ENOENT, ibv_advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH,
+						IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
+		EXPECT_NE(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x80, &g, 1));
+		ibv_dereg_mr(ro);
+		ibv_dealloc_pd(pd2);
+	}
 	/* A deferred prefetch of an MR deregistered at once is harmless; the key is then unknown. */
 	sge = (struct ibv_sge){ (uintptr_t)self->odp, LEN, self->odp_mr->lkey };
 	EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &sge, 1));
