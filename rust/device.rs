@@ -24,6 +24,7 @@ use crate::{
     limit::Limit,
     mcast,
     mr::{self, MrShared},
+    mw::{self, MwShared},
     pd,
     qp::{self, QpShared},
     srq,
@@ -89,6 +90,9 @@ pub(crate) struct Tables {
     /// AHs by number.
     #[pin]
     pub(crate) ahs: Table<AhShared>,
+    /// Memory windows by key index.
+    #[pin]
+    pub(crate) mws: Table<MwShared>,
     /// Multicast attachments.
     #[pin]
     pub(crate) groups: mcast::Groups,
@@ -114,6 +118,8 @@ pub(crate) struct Rodp {
     pub(crate) mrs: Limit,
     /// AHs allocated.
     pub(crate) ahs: Limit,
+    /// Memory windows allocated.
+    pub(crate) mws: Limit,
     /// Numbered objects.
     pub(crate) tables: Arc<Tables>,
     /// `<debugfs>/rodp/<ibdev>/`.
@@ -138,6 +144,7 @@ impl Rodp {
                 qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
                 mrs <- Table::new(1, mr::MAX_MR),
                 ahs <- Table::new(1, ah::MAX_AH),
+                mws <- Table::new(mw::MIN_MW, mw::MAX_MW_INDEX),
                 groups <- mcast::Groups::new(),
                 odp,
                 stats: Stats::new(),
@@ -152,6 +159,7 @@ impl Rodp {
             srqs: Limit::new(srq::MAX_SRQ)?,
             mrs: Limit::new(mr::MAX_MR)?,
             ahs: Limit::new(ah::MAX_AH)?,
+            mws: Limit::new(mw::MAX_MW)?,
             tables,
             _debugfs: debugfs,
             _alive: alive,
@@ -168,6 +176,7 @@ impl ib::Driver for Rodp {
     type Srq = srq::Srq;
     type Ah = ah::Ah;
     type Mr = mr::Mr;
+    type Mw = mw::Mw;
 
     fn query_device(dev: &Device) -> DeviceAttr {
         DeviceAttr {
@@ -181,7 +190,9 @@ impl ib::Driver for Rodp {
             device_cap_flags: device_cap::RC_RNR_NAK_GEN
                 | device_cap::SRQ_RESIZE
                 | device_cap::SYS_IMAGE_GUID
-                | device_cap::PORT_ACTIVE_EVENT,
+                | device_cap::PORT_ACTIVE_EVENT
+                | device_cap::MEM_WINDOW
+                | device_cap::MEM_WINDOW_TYPE_2B,
             max_qp: qp::MAX_QP,
             max_qp_wr: qp::MAX_QP_WR,
             max_sge: qp::MAX_SGE,
@@ -189,6 +200,7 @@ impl ib::Driver for Rodp {
             max_cq: cq::MAX_CQ,
             max_cqe: cq::MAX_CQE,
             max_mr: mr::MAX_MR,
+            max_mw: mw::MAX_MW,
             max_qp_rd_atom: qp::MAX_RD_ATOMIC,
             max_qp_init_rd_atom: qp::MAX_RD_ATOMIC,
             max_res_rd_atom: qp::MAX_RD_ATOMIC * qp::MAX_QP,
@@ -271,7 +283,29 @@ impl ib::Driver for Rodp {
         mr::Mr::dma(dev, pd, access)
     }
 
-    fn dereg_mr(_mr: &mr::Mr) -> Result {
+    fn dereg_mr(mr: &mr::Mr) -> Result {
+        mr.deregister()
+    }
+
+    fn rereg_user_mr(
+        dev: &Device,
+        mr: &mr::Mr,
+        flags: u32,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+        pd: &Pd,
+    ) -> Result<u32> {
+        mr.reregister(dev, flags, start, length, iova, access, pd)
+    }
+
+    fn alloc_mw(dev: &Device, pd: &Pd, type2: bool) -> Result<(mw::Mw, u32)> {
+        mw::Mw::alloc(dev, pd, type2)
+    }
+
+    fn dealloc_mw(_mw: &mw::Mw) -> Result {
+        // Dropping the data unbinds the window.
         Ok(())
     }
 
@@ -386,6 +420,10 @@ impl ib::Driver for Rodp {
 
     fn mr_odp_kind(mr: &mr::Mr) -> Option<(&'static CStr, Option<usize>)> {
         mr.odp_kind()
+    }
+
+    fn mr_windows(mr: &mr::Mr) -> u32 {
+        mr.windows()
     }
 
     fn mr_odp_stats(mr: &mr::Mr) -> Option<[u64; 5]> {

@@ -319,6 +319,8 @@ fn send_wc_opcode(op: u32) -> u32 {
         wr_opcode::RDMA_READ => wc_opcode::RDMA_READ,
         wr_opcode::ATOMIC_CMP_AND_SWP => wc_opcode::COMP_SWAP,
         wr_opcode::ATOMIC_FETCH_AND_ADD => wc_opcode::FETCH_ADD,
+        wr_opcode::BIND_MW => wc_opcode::BIND_MW,
+        wr_opcode::LOCAL_INV => wc_opcode::LOCAL_INV,
         _ => wc_opcode::SEND,
     }
 }
@@ -443,10 +445,32 @@ fn execute(
                 | wr_opcode::RDMA_READ
                 | wr_opcode::ATOMIC_CMP_AND_SWP
                 | wr_opcode::ATOMIC_FETCH_AND_ADD
+                | wr_opcode::SEND_WITH_INV
+                | wr_opcode::LOCAL_INV
+                | wr_opcode::BIND_MW
         ),
     };
     if !valid {
         return Exec::Done(wc_status::LOC_QP_OP_ERR, 0);
+    }
+    // Memory window operations complete locally, in order with the WQEs around them.
+    match op {
+        wr_opcode::BIND_MW => {
+            let status = match qp.tables.bind_mw(qp, &abi::Bind::parse(raw)) {
+                Ok(()) => wc_status::SUCCESS,
+                Err(()) => wc_status::MW_BIND_ERR,
+            };
+            return Exec::Done(status, 0);
+        }
+        wr_opcode::LOCAL_INV => {
+            // The key to invalidate is where immediate data would be.
+            let status = match qp.tables.invalidate(w.imm_data, None) {
+                Ok(()) => wc_status::SUCCESS,
+                Err(()) => wc_status::LOC_QP_OP_ERR,
+            };
+            return Exec::Done(status, 0);
+        }
+        _ => {}
     }
     let is_read_like = matches!(
         op,
@@ -621,7 +645,10 @@ fn multicast(qp: &QpShared, msg: &Message<'_>, qpn: u32, path_mtu: u32) -> u32 {
 /// Counts a message that `qp` completed with `dst` on both devices.
 fn account(qp: &QpShared, dst: &QpShared, op: u32, len: usize, mtu: u32) {
     let (req, resp) = (&qp.tables.stats, &dst.tables.stats);
-    let rdma = !matches!(op, wr_opcode::SEND | wr_opcode::SEND_WITH_IMM);
+    let rdma = !matches!(
+        op,
+        wr_opcode::SEND | wr_opcode::SEND_WITH_IMM | wr_opcode::SEND_WITH_INV
+    );
     if rdma {
         req.inc(Counter::RdmaSends);
         resp.inc(Counter::RdmaRecvs);
@@ -662,7 +689,9 @@ pub(crate) fn deliver(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
         }
     }
     let r = match m.opcode {
-        wr_opcode::SEND | wr_opcode::SEND_WITH_IMM => respond_send(dst, &mut rq, m),
+        wr_opcode::SEND | wr_opcode::SEND_WITH_IMM | wr_opcode::SEND_WITH_INV => {
+            respond_send(dst, &mut rq, m)
+        }
         wr_opcode::RDMA_WRITE | wr_opcode::RDMA_WRITE_WITH_IMM => respond_write(dst, &mut rq, m),
         wr_opcode::RDMA_READ => respond_read(dst, m),
         _ => respond_atomic(dst, m),
@@ -755,6 +784,19 @@ fn respond_send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Repl
         flags |= wc_flags::WITH_IMM;
         wc.imm_data = m.imm;
     }
+    if m.opcode == wr_opcode::SEND_WITH_INV {
+        // The key travels where immediate data would; the window must be bound to this QP.
+        if dst.tables.invalidate(m.imm, Some(dst)).is_err() {
+            dst.rcq.post(
+                &recv_wc(dst, m, slot.wr_id, wc_status::REM_INV_REQ_ERR),
+                false,
+                &dst.events,
+            );
+            return Reply::Nak(Nak::InvReq);
+        }
+        flags |= wc_flags::WITH_INVALIDATE;
+        wc.imm_data = m.imm;
+    }
     wc.wc_flags = flags;
     dst.rcq.post(&wc, m.solicited, &dst.events);
     Reply::Ack(0)
@@ -770,9 +812,10 @@ fn remote_mr(
     if dst.access.load(Acquire) & right == 0 {
         return Err(Reply::Nak(Nak::Access));
     }
-    let mr = dst.tables.mr(m.rkey).ok_or(Reply::Nak(Nak::Access))?;
-    let off = mr
-        .check(dst.pd, m.remote_addr, len as u64, right)
+    // An MR's key or a window's.
+    let (mr, off) = dst
+        .tables
+        .remote(dst, m.rkey, m.remote_addr, len as u64, right)
         .map_err(|_| Reply::Nak(Nak::Access))?;
     // ODP: pages that cannot be faulted in (a hole, read-only memory) deny the access.
     mr.touch(off, len, right != access::REMOTE_READ)

@@ -12,28 +12,30 @@ use crate::{
         kmem,
         odp::{CounterSets, Odp, OdpCounters, OdpUmem},
         umem::{copy_pages, AtomicOp, Umem},
-        verbs::access,
+        verbs::{access, rereg},
     },
     limit::Token,
 };
 use kernel::{
-    impl_has_work, new_work,
+    impl_has_work, new_mutex, new_work,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
-        Arc,
+        Arc, Mutex,
     },
     workqueue::{Work, WorkItem},
 };
 
-/// Maximum number of MRs per device (key indices `1..=MAX_MR`).
-pub(crate) const MAX_MR: u32 = (1 << 24) - 1;
+/// Maximum number of MRs per device (key indices `1..=MAX_MR`; memory windows use the indices
+/// above).
+pub(crate) const MAX_MR: u32 = (1 << 23) - 1;
 
 /// Largest MR in bytes.
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
 
 /// Access flags rodp implements.
 const SUPPORTED: u32 = access::HUGETLB
+    | access::MW_BIND
     | access::LOCAL_WRITE
     | access::REMOTE_WRITE
     | access::REMOTE_READ
@@ -68,22 +70,96 @@ enum Memory {
     Odp(Odp),
 }
 
-/// An MR as the engine sees it.
+/// What an MR keeps across re-registrations: the lock that orders window binds against
+/// deregistration and re-registration, and the number of windows bound.
+#[pin_data]
+pub(crate) struct Anchor {
+    #[pin]
+    windows: Mutex<u32>,
+}
+
+/// An MR as the engine sees it: one registration. Re-registering puts a new one in the table
+/// under the same key; transfers under way finish on the one they found.
 pub(crate) struct MrShared {
     /// lkey = rkey.
     pub(crate) key: u32,
-    pd: u64,
-    access: u32,
-    iova: u64,
-    length: u64,
-    mem: Memory,
+    pub(crate) pd: u64,
+    pub(crate) access: u32,
+    pub(crate) iova: u64,
+    pub(crate) length: u64,
+    /// The user address the memory starts at (0 for kernel and implicit ODP memory).
+    start: u64,
+    /// Shared with the next registration when a re-registration can keep it.
+    mem: Arc<Memory>,
+    /// The access the memory was set up for (whether pages were pinned or fault writable).
+    mem_access: u32,
+    anchor: Arc<Anchor>,
 }
 
 /// The driver data of an MR.
 pub(crate) struct Mr {
     key: u32,
     tables: Arc<Tables>,
+    /// Set once deregistration took the MR out of the table.
+    gone: Atomic<bool>,
     _token: Token,
+}
+
+/// Whether memory for `acc` must be writable (`ib_access_writable`).
+fn writable(acc: u32) -> bool {
+    acc & (access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::MW_BIND)
+        != 0
+}
+
+/// The rights of a user MR, as rodp keeps them: optional bits dropped, unknown ones refused,
+/// the huge-page hint dropped (rodp translates 4 KiB pages whatever backs them; ib_core would
+/// size an ODP umem's pages by it, and refuse it for implicit ODP).
+fn user_access(acc: u32) -> Result<u32> {
+    let acc = acc & !access::OPTIONAL;
+    if acc & !SUPPORTED != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    Ok(acc & !access::HUGETLB)
+}
+
+/// Sets up the memory of a user MR: pinned, explicit ODP, or implicit ODP for `start` 0 and
+/// `length` `u64::MAX`; returns it and the MR's length (an implicit MR reaches the process's
+/// whole address space, and no further).
+fn user_memory(
+    dev: &Device,
+    start: u64,
+    length: u64,
+    iova: u64,
+    acc: u32,
+) -> Result<(Memory, u64)> {
+    let odp = acc & access::ON_DEMAND != 0;
+    let implicit = odp && start == 0 && length == u64::MAX;
+    if implicit && iova != 0 {
+        // The parent's keys name user addresses as they are.
+        return Err(EINVAL);
+    }
+    if !implicit && (length > MAX_MR_SIZE || iova.checked_add(length).is_none()) {
+        return Err(EINVAL);
+    }
+    let mem = if odp {
+        // Per-MR counts (for rdma netlink) and the device's totals.
+        let counters = CounterSets {
+            mr: OdpCounters::new()?,
+            dev: dev.tables.odp.clone(),
+        };
+        Memory::Odp(if implicit {
+            Odp::implicit(dev, acc, counters)?
+        } else {
+            Odp::explicit(dev, start, length, acc, counters)?
+        })
+    } else {
+        Memory::Pinned(Umem::get(dev, start, length, acc)?)
+    };
+    let length = match &mem {
+        Memory::Odp(o) => o.limit().unwrap_or(length),
+        _ => length,
+    };
+    Ok((mem, length))
 }
 
 impl Mr {
@@ -96,43 +172,10 @@ impl Mr {
         iova: u64,
         acc: u32,
     ) -> Result<(Self, u32)> {
-        let acc = acc & !access::OPTIONAL;
-        if acc & !SUPPORTED != 0 {
-            return Err(EOPNOTSUPP);
-        }
-        // A hint only: rodp translates 4 KiB pages whatever backs them (ib_core would size an
-        // ODP umem's pages by it, and refuse it for implicit ODP).
-        let acc = acc & !access::HUGETLB;
-        let odp = acc & access::ON_DEMAND != 0;
-        let implicit = odp && start == 0 && length == u64::MAX;
-        if implicit && iova != 0 {
-            // The parent's keys name user addresses as they are.
-            return Err(EINVAL);
-        }
-        if !implicit && (length > MAX_MR_SIZE || iova.checked_add(length).is_none()) {
-            return Err(EINVAL);
-        }
+        let acc = user_access(acc)?;
         let token = dev.mrs.take()?;
-        let mem = if odp {
-            // Per-MR counts (for rdma netlink) and the device's totals.
-            let counters = CounterSets {
-                mr: OdpCounters::new()?,
-                dev: dev.tables.odp.clone(),
-            };
-            Memory::Odp(if implicit {
-                Odp::implicit(dev, acc, counters)?
-            } else {
-                Odp::explicit(dev, start, length, acc, counters)?
-            })
-        } else {
-            Memory::Pinned(Umem::get(dev, start, length, acc)?)
-        };
-        // An implicit MR reaches the process's whole address space, and no further.
-        let length = match &mem {
-            Memory::Odp(o) => o.limit().unwrap_or(length),
-            _ => length,
-        };
-        Self::insert(dev, pd, token, acc, iova, length, mem)
+        let (mem, length) = user_memory(dev, start, length, iova, acc)?;
+        Self::insert(dev, pd, token, acc, (start, iova, length), mem)
     }
 
     /// The DMA MR of a kernel PD (`ib_alloc_pd`): all kernel memory, for local access only
@@ -142,20 +185,23 @@ impl Mr {
             return Err(EOPNOTSUPP);
         }
         let token = dev.mrs.take()?;
-        Self::insert(dev, pd, token, acc, 0, u64::MAX, Memory::Kernel)
+        Self::insert(dev, pd, token, acc, (0, 0, u64::MAX), Memory::Kernel)
     }
 
+    /// Enters a new MR with `range` = (start, iova, length) in the device's table.
     fn insert(
         dev: &Device,
         pd: &Pd,
         token: Token,
         acc: u32,
-        iova: u64,
-        length: u64,
+        range: (u64, u64, u64),
         mem: Memory,
     ) -> Result<(Self, u32)> {
         let pd_id = pd.data().id;
         let variant = VARIANT.fetch_add(1, Relaxed) & 0xff;
+        let mem = Arc::new(mem, GFP_KERNEL)?;
+        let anchor = Arc::pin_init(pin_init!(Anchor { windows <- new_mutex!(0) }), GFP_KERNEL)?;
+        let (start, iova, length) = range;
         let shared = dev.tables.mrs.insert(|index| {
             Ok(Arc::new(
                 MrShared {
@@ -164,7 +210,10 @@ impl Mr {
                     access: acc,
                     iova,
                     length,
+                    start,
                     mem,
+                    mem_access: acc,
+                    anchor,
                 },
                 GFP_KERNEL,
             )?)
@@ -174,10 +223,106 @@ impl Mr {
             Self {
                 key,
                 tables: dev.tables.clone(),
+                gone: Atomic::new(false),
                 _token: token,
             },
             key,
         ))
+    }
+
+    /// Deregisters the MR: `EBUSY` while windows are bound to it. Transfers already under way
+    /// finish on their own reference to the pages; later accesses through the key fail.
+    pub(crate) fn deregister(&self) -> Result {
+        let Some(cur) = self.shared() else {
+            return Ok(());
+        };
+        let windows = cur.anchor.windows.lock();
+        if *windows > 0 {
+            return Err(EBUSY);
+        }
+        self.tables.mrs.remove_if(self.key >> 8, &cur);
+        self.gone.store(true, Relaxed);
+        Ok(())
+    }
+
+    /// Re-registers the MR in place (`flags` of [`rereg`]; `pd` is the new or the same PD) and
+    /// returns its key, which never changes. The memory is kept when neither the translation
+    /// nor the paging mode changes and it is writable enough for the new rights; otherwise new
+    /// memory is set up (pinned or faulted as a new registration would) before anything
+    /// changes, so a failure leaves the MR as it was. `EBUSY` while windows are bound.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn reregister(
+        &self,
+        dev: &Device,
+        flags: u32,
+        start: u64,
+        length: u64,
+        iova: u64,
+        acc: u32,
+        pd: &Pd,
+    ) -> Result<u32> {
+        if flags & !(rereg::TRANS | rereg::PD | rereg::ACCESS) != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        let cur = self.shared().ok_or(EINVAL)?;
+        if matches!(*cur.mem, Memory::Kernel) {
+            return Err(EOPNOTSUPP);
+        }
+        if cur.windows() > 0 {
+            return Err(EBUSY);
+        }
+        let acc = if flags & rereg::ACCESS != 0 {
+            user_access(acc)?
+        } else {
+            cur.access
+        };
+        let same_paging = (acc ^ cur.mem_access) & access::ON_DEMAND == 0;
+        let (mem, mem_access, range) = if flags & rereg::TRANS != 0 {
+            let (m, len) = user_memory(dev, start, length, iova, acc)?;
+            (Arc::new(m, GFP_KERNEL)?, acc, (start, iova, len))
+        } else if same_paging && (!writable(acc) || writable(cur.mem_access)) {
+            (
+                cur.mem.clone(),
+                cur.mem_access,
+                (cur.start, cur.iova, cur.length),
+            )
+        } else {
+            // The same range, pinned or faulted differently. An implicit MR covers the address
+            // space and cannot be pinned.
+            let implicit = matches!(&*cur.mem, Memory::Odp(o) if o.as_implicit().is_some());
+            if implicit && acc & access::ON_DEMAND == 0 {
+                return Err(EOPNOTSUPP);
+            }
+            let (s, l) = if implicit {
+                (0, u64::MAX)
+            } else {
+                (cur.start, cur.length)
+            };
+            let (m, len) = user_memory(dev, s, l, cur.iova, acc)?;
+            (Arc::new(m, GFP_KERNEL)?, acc, (s, cur.iova, len))
+        };
+        let (start, iova, length) = range;
+        let new = Arc::new(
+            MrShared {
+                key: cur.key,
+                pd: pd.data().id,
+                access: acc,
+                iova,
+                length,
+                start,
+                mem,
+                mem_access,
+                anchor: cur.anchor.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        let windows = cur.anchor.windows.lock();
+        if *windows > 0 {
+            return Err(EBUSY);
+        }
+        self.tables.mrs.replace(self.key >> 8, &cur, new)?;
+        drop(windows);
+        Ok(cur.key)
     }
 }
 
@@ -194,7 +339,7 @@ impl Mr {
     /// number of children, for ODP MRs.
     pub(crate) fn odp_kind(&self) -> Option<(&'static CStr, Option<usize>)> {
         let s = self.shared()?;
-        let Memory::Odp(o) = &s.mem else {
+        let Memory::Odp(o) = &*s.mem else {
             return None;
         };
         Some(match o.as_implicit() {
@@ -203,12 +348,17 @@ impl Mr {
         })
     }
 
+    /// For `rdma resource show mr`: the number of memory windows bound to the MR.
+    pub(crate) fn windows(&self) -> u32 {
+        self.shared().map_or(0, |s| s.windows())
+    }
+
     /// For `rdma statistic mr show`, as mlx5 names them: `page_faults` (pages),
     /// `page_faults_handled` (faults), `page_invalidations` (pages),
     /// `page_invalidations_handled` (callbacks), `page_prefetch` (pages); ODP MRs only.
     pub(crate) fn odp_stats(&self) -> Option<[u64; 5]> {
         let s = self.shared()?;
-        let Memory::Odp(o) = &s.mem else {
+        let Memory::Odp(o) = &*s.mem else {
             return None;
         };
         let c = o.counters();
@@ -281,7 +431,7 @@ impl Prefetch {
             Fault::Access => EACCES,
             Fault::Range => EFAULT,
         })?;
-        if !matches!(mr.mem, Memory::Odp(_)) {
+        if !matches!(*mr.mem, Memory::Odp(_)) {
             return Err(EINVAL);
         }
         self.ranges.push((mr, off, len as usize), GFP_KERNEL)?;
@@ -291,7 +441,7 @@ impl Prefetch {
     /// Maps every range now.
     pub(crate) fn run_now(&self) -> Result {
         for (mr, off, len) in self.ranges.iter() {
-            if let Memory::Odp(o) = &mr.mem {
+            if let Memory::Odp(o) = &*mr.mem {
                 o.prefetch(*off, *len, self.write, self.fault)?;
             }
         }
@@ -315,9 +465,12 @@ impl Prefetch {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // Later accesses through the key fail; a transfer already under way finishes on its
-        // own reference to the pages.
-        self.tables.mrs.remove(self.key >> 8);
+        // An MR ib_core never took (its allocation failed) was not deregistered.
+        if !self.gone.load(Relaxed) {
+            if let Some(cur) = self.shared() {
+                self.tables.mrs.remove_if(self.key >> 8, &cur);
+            }
+        }
     }
 }
 
@@ -337,15 +490,37 @@ impl MrShared {
             _ => return Err(Fault::Range),
         }
         // A kernel consumer's address must be memory rodp may touch (see `kmem`).
-        if matches!(self.mem, Memory::Kernel) && !kmem::valid(off, len as usize) {
+        if matches!(*self.mem, Memory::Kernel) && !kmem::valid(off, len as usize) {
             return Err(Fault::Range);
         }
         Ok(off as usize)
     }
 
+    /// Counts a window bound to this registration; `false` when it is no longer the key's
+    /// current one (deregistered or re-registered meanwhile).
+    pub(crate) fn add_window(self: &Arc<Self>, tables: &Tables) -> bool {
+        let mut windows = self.anchor.windows.lock();
+        if !tables.mrs.holds(self.key >> 8, self) {
+            return false;
+        }
+        *windows += 1;
+        true
+    }
+
+    /// Uncounts a window that was bound to this registration.
+    pub(crate) fn remove_window(&self) {
+        let mut windows = self.anchor.windows.lock();
+        *windows = windows.saturating_sub(1);
+    }
+
+    /// Number of windows bound.
+    pub(crate) fn windows(&self) -> u32 {
+        *self.anchor.windows.lock()
+    }
+
     /// Copies `data` to offset `off` (as returned by [`MrShared::check`]).
     pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
-        match &self.mem {
+        match &*self.mem {
             Memory::Pinned(u) => u.pages().write(off, data),
             Memory::Kernel => kmem::write(off as u64, data),
             Memory::Odp(o) => o.each(off, data.len(), |u, uoff, pos, n| {
@@ -356,7 +531,7 @@ impl MrShared {
 
     /// Copies `out.len()` bytes at offset `off` into `out`.
     pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
-        match &self.mem {
+        match &*self.mem {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),
             Memory::Odp(o) => o.each(off, out.len(), |u, uoff, pos, n| {
@@ -368,7 +543,7 @@ impl MrShared {
     /// Faults an ODP range in at once (one batch for a whole message); nothing to do for
     /// other memory.
     pub(crate) fn touch(&self, off: usize, len: usize, write: bool) -> Result {
-        match &self.mem {
+        match &*self.mem {
             Memory::Odp(o) => o.each(off, len, |u, uoff, _, n| {
                 u.with_pages(uoff, n, write, |_| Ok(()))
             }),
@@ -386,7 +561,7 @@ impl MrShared {
         src_off: usize,
         len: usize,
     ) -> Result {
-        match (&self.mem, &src.mem) {
+        match (&*self.mem, &*src.mem) {
             (Memory::Pinned(d), Memory::Pinned(s)) => {
                 return d.pages().copy_from(off, s.pages(), src_off, len);
             }
@@ -429,7 +604,7 @@ impl MrShared {
     /// Performs `op` on the 64-bit word at offset `off`; returns its old value. Kernel memory
     /// takes no atomics (its MR grants no remote access).
     pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
-        match &self.mem {
+        match &*self.mem {
             Memory::Pinned(u) => u.pages().atomic(off, op),
             Memory::Kernel => Err(EINVAL),
             Memory::Odp(o) => {

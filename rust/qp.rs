@@ -125,11 +125,16 @@ pub(crate) struct RecvSide {
     pub(crate) segs: KVec<Seg>,
 }
 
+/// Source of [`QpShared::serial`].
+static NEXT_SERIAL: Atomic<u64> = Atomic::new(1);
+
 /// A QP as the engine sees it.
 #[pin_data]
 pub(crate) struct QpShared {
     /// QP number.
     pub(crate) qpn: u32,
+    /// Never reused (unlike QP numbers): what a type 2B window bound to this QP remembers.
+    pub(crate) serial: u64,
     /// Transport.
     pub(crate) qp_type: QpType,
     /// PD identity.
@@ -331,6 +336,7 @@ impl Qp {
             Arc::pin_init(
                 pin_init!(QpShared {
                     qpn,
+                    serial: NEXT_SERIAL.fetch_add(1, Relaxed),
                     qp_type: i.qp_type,
                     pd,
                     sig_all: i.sig_all,

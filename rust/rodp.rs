@@ -14,6 +14,7 @@ mod ib;
 mod limit;
 mod mcast;
 mod mr;
+mod mw;
 mod pd;
 mod qp;
 mod queue;

@@ -86,6 +86,46 @@ impl<T: Send + Sync + 'static> Table<T> {
     pub(crate) fn remove(&self, id: u32) -> Option<Arc<T>> {
         self.xa.lock().remove(id as usize)
     }
+
+    /// Removes the object numbered `id` if it is `cur`; returns whether it was.
+    pub(crate) fn remove_if(&self, id: u32, cur: &Arc<T>) -> bool {
+        let mut xa = self.xa.lock();
+        let same = xa
+            .get(id as usize)
+            .is_some_and(|o| core::ptr::eq(&*o, &**cur));
+        // Dropped after the lock: the last reference may free memory that sleeps to release.
+        let old = if same { xa.remove(id as usize) } else { None };
+        drop(xa);
+        drop(old);
+        same
+    }
+
+    /// Whether the object numbered `id` is `cur`.
+    pub(crate) fn holds(&self, id: u32, cur: &Arc<T>) -> bool {
+        self.xa
+            .lock()
+            .get(id as usize)
+            .is_some_and(|o| core::ptr::eq(&*o, &**cur))
+    }
+
+    /// Puts `new` in place of `cur` as the object numbered `id`; `EAGAIN` (and no change) if
+    /// `cur` is not the object numbered `id` any more.
+    pub(crate) fn replace(&self, id: u32, cur: &Arc<T>, new: Arc<T>) -> Result {
+        let mut xa = self.xa.lock();
+        let same = xa
+            .get(id as usize)
+            .is_some_and(|o| core::ptr::eq(&*o, &**cur));
+        if !same {
+            return Err(EAGAIN);
+        }
+        // The slot is occupied: storing over it allocates nothing.
+        let old = xa
+            .store(id as usize, new, GFP_ATOMIC)
+            .map_err(|e| e.error)?;
+        drop(xa);
+        drop(old);
+        Ok(())
+    }
 }
 
 #[kunit_tests(rodp_table)]
@@ -147,6 +187,25 @@ mod tests {
         assert_eq!(insert(&t)?, 16);
         t.remove(1);
         assert!(t.insert_at(1, |id| Ok(Arc::new(id, GFP_KERNEL)?)).is_ok());
+        Ok(())
+    }
+
+    #[test]
+    fn replace_and_remove_only_the_object_named() -> Result {
+        let t = table(1, 4)?;
+        let a = t.insert(|id| Ok(Arc::new(id, GFP_KERNEL)?))?;
+        let other = Arc::new(1u32, GFP_KERNEL)?;
+        // Equal values, different objects: nothing happens.
+        assert_eq!(t.replace(1, &other, Arc::new(7, GFP_KERNEL)?), Err(EAGAIN));
+        assert!(!t.remove_if(1, &other));
+        assert!(t.holds(1, &a));
+        let b = Arc::new(9u32, GFP_KERNEL)?;
+        t.replace(1, &a, b.clone())?;
+        assert!(!t.holds(1, &a));
+        assert_eq!(t.get(1).map(|v| *v), Some(9));
+        assert!(!t.remove_if(1, &a));
+        assert!(t.remove_if(1, &b));
+        assert!(t.get(1).is_none());
         Ok(())
     }
 

@@ -56,19 +56,21 @@ TEST_F(dev, query_device_is_honest)
 	EXPECT_EQ(32, a.max_sge);
 	EXPECT_EQ(65536, a.max_cq);
 	EXPECT_EQ(32767, a.max_cqe);
-	EXPECT_EQ(16777215, a.max_mr);
+	EXPECT_EQ(8388607, a.max_mr);
+	EXPECT_EQ(8388608, a.max_mw);
 	EXPECT_EQ(65536, a.max_srq);
 	EXPECT_EQ(32767, a.max_ah);
 	EXPECT_EQ(128, a.max_qp_rd_atom);
 	EXPECT_EQ(IBV_ATOMIC_HCA, a.atomic_cap);
 	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_RC_RNR_NAK_GEN);
 	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
-	/* Nothing that is not implemented yet is advertised. */
-	EXPECT_EQ(0, a.max_mw);
+	/* Memory windows of both types (rodp_mw); no fast-registration work requests. */
+	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
+	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
 	EXPECT_EQ(8192, a.max_mcast_grp);
 	EXPECT_EQ(56, a.max_mcast_qp_attach);
 	EXPECT_EQ(8192 * 56, a.max_total_mcast_qp_attach);
-	EXPECT_EQ(0, a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_MGT_EXTENSIONS));
+	EXPECT_EQ(0, a.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS);
 }
 
 TEST_F(dev, query_port_roce)

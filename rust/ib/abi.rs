@@ -234,6 +234,42 @@ impl SendWqe {
     }
 }
 
+/// The fields of a memory window bind WQE (`wr.mw` of `struct rxe_send_wqe`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Bind {
+    /// Start of the window in the MR's iova space.
+    pub(crate) addr: u64,
+    /// Length; 0 unbinds a type 1 window.
+    pub(crate) length: u64,
+    /// The MR's key.
+    pub(crate) mr_lkey: u32,
+    /// The window's key (its index selects the window).
+    pub(crate) mw_rkey: u32,
+    /// The new key; its low byte becomes the window's key byte.
+    pub(crate) rkey: u32,
+    /// `IB_ACCESS_*` rights and `IB_ZERO_BASED`.
+    pub(crate) access: u32,
+}
+
+impl Bind {
+    const MW: usize = offset_of!(bindings::rxe_send_wqe, wr)
+        + offset_of!(bindings::rxe_send_wr, wr)
+        + offset_of!(bindings::rxe_send_wr__bindgen_ty_2, mw);
+
+    /// Parses the bind fields of a send WQE.
+    pub(crate) fn parse(b: &[u8]) -> Self {
+        type M = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_5;
+        Self {
+            addr: u64_at(b, Self::MW + offset_of!(M, addr)),
+            length: u64_at(b, Self::MW + offset_of!(M, length)),
+            mr_lkey: u32_at(b, Self::MW + offset_of!(M, mr_lkey)),
+            mw_rkey: u32_at(b, Self::MW + offset_of!(M, mw_rkey)),
+            rkey: u32_at(b, Self::MW + offset_of!(M, rkey)),
+            access: u32_at(b, Self::MW + offset_of!(M, access)),
+        }
+    }
+}
+
 /// The address vector in a kernel consumer's UD send WQE (rxe's `wr.ud.av`, which rxe's kernel
 /// path fills the same way): user WQEs name an AH by number instead and are never read this way.
 /// The source GID's 16 bytes are kept at the start of `sgid_addr`.

@@ -9,7 +9,7 @@ use super::{
     event::Events,
     mmap,
     netdev::{NetDev, NetDevRef},
-    object::{Ah, Cq, Pd, Qp, Srq, UContext},
+    object::{Ah, Cq, Mw, Pd, Qp, Srq, UContext},
     udata::Udata,
     verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
@@ -58,6 +58,8 @@ pub(crate) struct DeviceAttr {
     pub(crate) max_cqe: u32,
     /// Maximum number of MRs.
     pub(crate) max_mr: u32,
+    /// Maximum number of memory windows (0: none).
+    pub(crate) max_mw: u32,
     /// Outstanding RDMA reads and atomics per QP as responder.
     pub(crate) max_qp_rd_atom: u32,
     /// Outstanding RDMA reads and atomics per QP as requester.
@@ -124,6 +126,8 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     type Ah: Send + Sync;
     /// Memory region data (`struct ib_mr`).
     type Mr: Send + Sync;
+    /// Memory window data (`struct ib_mw`).
+    type Mw: Send + Sync;
 
     /// Reports device attributes.
     fn query_device(dev: &Device<Self>) -> DeviceAttr;
@@ -180,6 +184,27 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// Prepares an MR for deregistration; an error keeps it registered.
     fn dereg_mr(mr: &Self::Mr) -> Result;
+
+    /// Re-registers a user MR in place (`IB_MR_REREG_*` in `flags`; `pd` is the MR's PD when
+    /// the flags do not change it); returns the key, which ib_core reports as lkey and rkey. On
+    /// error the MR is unchanged.
+    #[allow(clippy::too_many_arguments)]
+    fn rereg_user_mr(
+        dev: &Device<Self>,
+        mr: &Self::Mr,
+        flags: u32,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+        pd: &Pd<Self>,
+    ) -> Result<u32>;
+
+    /// Allocates a memory window of type 1 (`type2: false`) or 2B; returns its data and rkey.
+    fn alloc_mw(dev: &Device<Self>, pd: &Pd<Self>, type2: bool) -> Result<(Self::Mw, u32)>;
+
+    /// Prepares a memory window for deallocation; an error keeps it.
+    fn dealloc_mw(mw: &Self::Mw) -> Result;
 
     /// Creates an address handle.
     fn create_ah(
@@ -268,6 +293,9 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// For `rdma resource show mr`: whether an MR is an explicit or implicit ODP MR, and an
     /// implicit MR's number of children; `None` for other MRs.
     fn mr_odp_kind(mr: &Self::Mr) -> Option<(&'static CStr, Option<usize>)>;
+
+    /// For `rdma resource show mr`: the number of memory windows bound to an MR.
+    fn mr_windows(mr: &Self::Mr) -> u32;
 
     /// For `rdma statistic mr show`: an ODP MR's `page_faults`, `page_faults_handled`,
     /// `page_invalidations`, `page_invalidations_handled` and `page_prefetch`.
@@ -450,6 +478,9 @@ impl<T: Driver> Device<T> {
         destroy_cq: Some(Self::destroy_cq_cb),
         reg_user_mr: Some(Self::reg_user_mr_cb),
         dereg_mr: Some(Self::dereg_mr_cb),
+        rereg_user_mr: Some(Self::rereg_user_mr_cb),
+        alloc_mw: Some(Self::alloc_mw_cb),
+        dealloc_mw: Some(Self::dealloc_mw_cb),
         create_ah: Some(Self::create_ah_cb),
         create_user_ah: Some(Self::create_ah_cb),
         destroy_ah: Some(Self::destroy_ah_cb),
@@ -478,6 +509,7 @@ impl<T: Driver> Device<T> {
         size_ib_qp: size_of::<Qp<T>>(),
         size_ib_srq: size_of::<Srq<T>>(),
         size_ib_ah: size_of::<Ah<T>>(),
+        size_ib_mw: size_of::<Mw<T>>(),
         // SAFETY: All-zero is a valid `ib_device_ops` (NULL ops, zero sizes); `pin_init::zeroed`
         // cannot be used because of its bitfields.
         ..unsafe { core::mem::zeroed() }
@@ -553,6 +585,7 @@ impl<T: Driver> Device<T> {
             (*attr).max_cq = a.max_cq as _;
             (*attr).max_cqe = a.max_cqe as _;
             (*attr).max_mr = a.max_mr as _;
+            (*attr).max_mw = a.max_mw as _;
             (*attr).max_qp_rd_atom = a.max_qp_rd_atom as _;
             (*attr).max_qp_init_rd_atom = a.max_qp_init_rd_atom as _;
             (*attr).max_res_rd_atom = a.max_res_rd_atom as _;

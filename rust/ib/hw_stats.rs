@@ -130,20 +130,38 @@ impl<T: Driver> Device<T> {
     ) -> c_int {
         kernel::error::from_result(|| {
             // SAFETY: Per the safety requirements.
-            let Some((kind, children)) = T::mr_odp_kind(unsafe { Mr::<T>::from_raw(mr) }.data())
-            else {
+            let data = unsafe { Mr::<T>::from_raw(mr) }.data();
+            let odp = T::mr_odp_kind(data);
+            let windows = T::mr_windows(data);
+            if odp.is_none() && windows == 0 {
                 return Ok(0);
-            };
+            }
             // SAFETY: Per the safety requirements.
             let n = unsafe { Nest::start(msg, bindings::rdma_nldev_attr_RDMA_NLDEV_ATTR_DRIVER) }?;
-            // SAFETY: `msg` is being built; the strings are static.
-            Nest::check(unsafe {
-                bindings::rdma_nl_put_driver_string(msg, c"odp".as_char_ptr(), kind.as_char_ptr())
-            })?;
-            if let Some(c) = children {
+            if let Some((kind, children)) = odp {
+                // SAFETY: `msg` is being built; the strings are static.
+                Nest::check(unsafe {
+                    bindings::rdma_nl_put_driver_string(
+                        msg,
+                        c"odp".as_char_ptr(),
+                        kind.as_char_ptr(),
+                    )
+                })?;
+                if let Some(c) = children {
+                    // SAFETY: As above.
+                    Nest::check(unsafe {
+                        bindings::rdma_nl_put_driver_u32(
+                            msg,
+                            c"odp_children".as_char_ptr(),
+                            c as u32,
+                        )
+                    })?;
+                }
+            }
+            if windows > 0 {
                 // SAFETY: As above.
                 Nest::check(unsafe {
-                    bindings::rdma_nl_put_driver_u32(msg, c"odp_children".as_char_ptr(), c as u32)
+                    bindings::rdma_nl_put_driver_u32(msg, c"windows".as_char_ptr(), windows)
                 })?;
             }
             n.end();

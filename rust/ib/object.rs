@@ -90,6 +90,9 @@ pub(crate) type Srq<T> = Object<bindings::ib_srq, WithEvents<<T as Driver>::Srq>
 /// An address handle (`struct ib_ah`) of driver `T`.
 pub(crate) type Ah<T> = Object<bindings::ib_ah, <T as Driver>::Ah, T>;
 
+/// A memory window (`struct ib_mw`) of driver `T`.
+pub(crate) type Mw<T> = Object<bindings::ib_mw, <T as Driver>::Mw, T>;
+
 /// A memory region (`struct ib_mr`) of driver `T`; unlike the others the driver allocates it.
 pub(crate) type Mr<T> = Object<bindings::ib_mr, <T as Driver>::Mr, T>;
 

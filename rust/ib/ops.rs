@@ -10,7 +10,7 @@ use super::{
     abi::SendWqe,
     device::{Device, Driver},
     event::{Events, Target},
-    object::{Ah, Cq, Mr, MrBox, Pd, Qp, Srq, UContext, WithEvents},
+    object::{Ah, Cq, Mr, MrBox, Mw, Pd, Qp, Srq, UContext, WithEvents},
     udata::Udata,
     verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
@@ -232,6 +232,97 @@ impl<T: Driver> Device<T> {
             T::dereg_mr(obj.data())?;
             // SAFETY: The MR is ours again and nothing uses it after this.
             drop(unsafe { MrBox::<T>::from_raw(mr) });
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// `mr` came from `reg_user_mr_cb` and ib_core holds it for writing; `pd` is a live PD of
+    /// the same device; `udata` belongs to a uverbs call.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe extern "C" fn rereg_user_mr_cb(
+        mr: *mut bindings::ib_mr,
+        flags: c_int,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: c_int,
+        pd: *mut bindings::ib_pd,
+        udata: *mut bindings::ib_udata,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: Per the safety requirements.
+        let r = unsafe { user_ctx::<T>(udata) }.and_then(|_| {
+            // SAFETY: Per the safety requirements.
+            let (dev, pd) = unsafe { pd_and_device::<T>(pd) };
+            // SAFETY: As above.
+            let obj = unsafe { Mr::<T>::from_raw(mr) };
+            let key = T::rereg_user_mr(
+                dev,
+                obj.data(),
+                flags as u32,
+                start,
+                length,
+                iova,
+                access as u32,
+                pd,
+            )?;
+            // SAFETY: ib_core holds the MR for writing; it updates the PD, iova and length of
+            // an MR changed in place itself.
+            unsafe {
+                (*mr).lkey = key;
+                (*mr).rkey = key;
+            }
+            Ok(())
+        });
+        match r {
+            // Changed in place: ib_core keeps the same `ib_mr`.
+            Ok(()) => core::ptr::null_mut(),
+            Err(e) => e.to_ptr(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// ib_core passes a zeroed MW object with `device`, `pd` and `type` set.
+    pub(super) unsafe extern "C" fn alloc_mw_cb(
+        mw: *mut bindings::ib_mw,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: Per the safety requirements.
+            unsafe { user_ctx::<T>(udata) }?;
+            // SAFETY: As above.
+            let (dev, pd, kind) = unsafe {
+                let (dev, pd) = pd_and_device::<T>((*mw).pd);
+                (dev, pd, (*mw).type_)
+            };
+            let type2 = match kind {
+                bindings::ib_mw_type_IB_MW_TYPE_1 => false,
+                bindings::ib_mw_type_IB_MW_TYPE_2 => true,
+                _ => return Err(EINVAL),
+            };
+            let (data, rkey) = T::alloc_mw(dev, pd, type2)?;
+            // SAFETY: The object has room for an `Mw<T>` and nothing was written yet; ib_core
+            // reports `rkey` to user space.
+            unsafe {
+                Mw::<T>::init(mw, data);
+                (*mw).rkey = rkey;
+            }
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// `mw` was set up by `alloc_mw_cb`; after success it is not used again.
+    pub(super) unsafe extern "C" fn dealloc_mw_cb(mw: *mut bindings::ib_mw) -> c_int {
+        from_result(|| {
+            // SAFETY: Per the safety requirements.
+            let obj = unsafe { Mw::<T>::from_raw(mw) };
+            T::dealloc_mw(obj.data())?;
+            // SAFETY: Nothing uses the data after this.
+            unsafe { Mw::<T>::drop_data(mw) };
             Ok(0)
         })
     }

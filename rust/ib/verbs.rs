@@ -147,6 +147,10 @@ pub(crate) mod access {
     pub(crate) const ON_DEMAND: u32 = bindings::ib_access_flags_IB_ACCESS_ON_DEMAND;
     /// The memory is backed by huge pages (a hint: rodp translates 4 KiB pages either way).
     pub(crate) const HUGETLB: u32 = bindings::ib_access_flags_IB_ACCESS_HUGETLB;
+    /// Memory windows may be bound to the MR.
+    pub(crate) const MW_BIND: u32 = bindings::ib_access_flags_IB_ACCESS_MW_BIND;
+    /// A window addressed from 0 rather than by virtual address.
+    pub(crate) const ZERO_BASED: u32 = bindings::ib_access_flags_IB_ZERO_BASED;
     /// Flags a consumer may pass that a device is free to ignore.
     pub(crate) const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
 }
@@ -456,6 +460,8 @@ pub(crate) mod wc_status {
     pub(crate) const RETRY_EXC_ERR: u32 = bindings::ib_wc_status_IB_WC_RETRY_EXC_ERR;
     /// RNR retries exceeded.
     pub(crate) const RNR_RETRY_EXC_ERR: u32 = bindings::ib_wc_status_IB_WC_RNR_RETRY_EXC_ERR;
+    /// A memory window bind failed.
+    pub(crate) const MW_BIND_ERR: u32 = bindings::ib_wc_status_IB_WC_MW_BIND_ERR;
 }
 
 /// Completion opcodes (`enum ib_uverbs_wc_opcode`, `IBV_WC_RECV*`).
@@ -474,6 +480,10 @@ pub(crate) mod wc_opcode {
     pub(crate) const FETCH_ADD: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_FETCH_ADD;
     /// Receive.
     pub(crate) const RECV: u32 = bindings::ib_wc_opcode_IB_WC_RECV;
+    /// A memory window bind.
+    pub(crate) const BIND_MW: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_BIND_MW;
+    /// A local invalidate.
+    pub(crate) const LOCAL_INV: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_LOCAL_INV;
     /// Receive of an RDMA write with immediate.
     pub(crate) const RECV_RDMA_WITH_IMM: u32 = bindings::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM;
 }
@@ -486,6 +496,8 @@ pub(crate) mod wc_flags {
     pub(crate) const GRH: u32 = bindings::ib_wc_flags_IB_WC_GRH;
     /// Immediate data is valid.
     pub(crate) const WITH_IMM: u32 = bindings::ib_wc_flags_IB_WC_WITH_IMM;
+    /// The message invalidated the key in `imm_data`.
+    pub(crate) const WITH_INVALIDATE: u32 = bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE;
 }
 
 /// Work request opcodes (`enum ib_wr_opcode`, also `IBV_WR_*`).
@@ -506,6 +518,12 @@ pub(crate) mod wr_opcode {
     pub(crate) const ATOMIC_CMP_AND_SWP: u32 = bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP;
     /// Fetch and add.
     pub(crate) const ATOMIC_FETCH_AND_ADD: u32 = bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD;
+    /// Invalidate a key locally.
+    pub(crate) const LOCAL_INV: u32 = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
+    /// Bind a memory window.
+    pub(crate) const BIND_MW: u32 = bindings::ib_wr_opcode_IB_WR_BIND_MW;
+    /// Send, invalidating a key at the responder.
+    pub(crate) const SEND_WITH_INV: u32 = bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV;
 }
 
 /// Send flags (`enum ib_send_flags`, also `IBV_SEND_*`).
@@ -558,6 +576,23 @@ pub(crate) mod device_cap {
     /// Port active events are raised.
     pub(crate) const PORT_ACTIVE_EVENT: u64 =
         bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT as u64;
+    /// Memory windows (type 1).
+    pub(crate) const MEM_WINDOW: u64 = bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW as u64;
+    /// Type 2B memory windows.
+    pub(crate) const MEM_WINDOW_TYPE_2B: u64 =
+        bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B as u64;
+}
+
+/// Bits of `enum ib_mr_rereg_flags`.
+pub(crate) mod rereg {
+    use crate::bindings;
+
+    /// New address, length and iova.
+    pub(crate) const TRANS: u32 = bindings::ib_mr_rereg_flags_IB_MR_REREG_TRANS;
+    /// New PD.
+    pub(crate) const PD: u32 = bindings::ib_mr_rereg_flags_IB_MR_REREG_PD;
+    /// New access rights.
+    pub(crate) const ACCESS: u32 = bindings::ib_mr_rereg_flags_IB_MR_REREG_ACCESS;
 }
 
 /// A kernel consumer's scatter/gather list (`struct ib_sge` array of a work request).

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory windows (rxe's `rxe_mw.c`): type 1 and type 2B windows onto part of an MR, bound and
+//! invalidated by work requests, and the remote accesses that go through them.
+//!
+//! A window's rkey is `index << 8 | key byte`, with indices above the MRs' ([`MIN_MW`]), so one
+//! lookup tells windows and MRs apart. A bind takes the new key byte from the work request and
+//! refuses one that would leave the key unchanged, so a key handed out for an earlier binding
+//! never reaches a later one. The window holds the MR it is bound to; the MR counts its windows
+//! and refuses deregistration and re-registration while any is bound.
+//!
+//! Locks: a window's state, then an MR's window count ([`MrShared::add_window`]); nothing is
+//! taken under the count.
+
+use crate::{
+    device::{Device, Pd, Tables},
+    ib::{abi::Bind as BindWr, verbs::access},
+    limit::Token,
+    mr::{Fault, MrShared},
+    qp::QpShared,
+};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
+};
+
+/// Lowest window index: the MRs' indices end below it.
+pub(crate) const MIN_MW: u32 = crate::mr::MAX_MR + 1;
+
+/// Highest window index.
+pub(crate) const MAX_MW_INDEX: u32 = (1 << 24) - 1;
+
+/// Maximum number of memory windows per device.
+pub(crate) const MAX_MW: u32 = MAX_MW_INDEX - MIN_MW + 1;
+
+/// Remote rights a window grants.
+const RIGHTS: u32 = access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_ATOMIC;
+
+/// Access bits a bind accepts: the rights, zero-based addressing, and local write, which means
+/// nothing for a window (rxe accepts it too, and rdma-core's tests pass it).
+const BIND_ACCESS: u32 = RIGHTS | access::ZERO_BASED | access::LOCAL_WRITE;
+
+/// Variant bytes for new windows.
+static VARIANT: Atomic<u32> = Atomic::new(0);
+
+/// Whether `key` names a window rather than an MR.
+pub(crate) fn is_window(key: u32) -> bool {
+    key >> 8 >= MIN_MW
+}
+
+/// The part of an MR a window is bound to.
+struct Bound {
+    mr: Arc<MrShared>,
+    /// The address the window starts at, in the MR's iova space.
+    base: u64,
+    /// Offset of `base` in the MR.
+    mr_off: u64,
+    length: u64,
+    rights: u32,
+    /// Remote addresses count from the window's start rather than being iovas.
+    zero_based: bool,
+    /// Type 2B: the serial of the QP the window was bound through, the only one it serves.
+    qp: Option<u64>,
+}
+
+struct State {
+    key: u32,
+    bound: Option<Bound>,
+    /// Deallocated: never bound again.
+    freed: bool,
+}
+
+/// A window as the engine sees it.
+#[pin_data]
+pub(crate) struct MwShared {
+    pd: u64,
+    type2: bool,
+    #[pin]
+    state: Mutex<State>,
+}
+
+/// The driver data of a window.
+pub(crate) struct Mw {
+    shared: Arc<MwShared>,
+    index: u32,
+    tables: Arc<Tables>,
+    _token: Token,
+}
+
+impl Mw {
+    /// Allocates a type 1 window (unbound, valid) or a type 2B window (free) in `pd`.
+    pub(crate) fn alloc(dev: &Device, pd: &Pd, type2: bool) -> Result<(Self, u32)> {
+        let token = dev.mws.take()?;
+        let variant = VARIANT.fetch_add(1, Relaxed) & 0xff;
+        let pd = pd.data().id;
+        let shared = dev.tables.mws.insert(|index| {
+            Arc::pin_init(
+                pin_init!(MwShared {
+                    pd,
+                    type2,
+                    state <- new_mutex!(State {
+                        key: index << 8 | variant,
+                        bound: None,
+                        freed: false,
+                    }),
+                }),
+                GFP_KERNEL,
+            )
+        })?;
+        let key = shared.state.lock().key;
+        Ok((
+            Self {
+                shared,
+                index: key >> 8,
+                tables: dev.tables.clone(),
+                _token: token,
+            },
+            key,
+        ))
+    }
+}
+
+impl Drop for Mw {
+    fn drop(&mut self) {
+        // Deallocation invalidates: later accesses and binds through the key fail, and the MR
+        // may be deregistered.
+        self.tables.mws.remove_if(self.index, &self.shared);
+        let old = {
+            let mut st = self.shared.state.lock();
+            st.freed = true;
+            st.bound.take()
+        };
+        if let Some(b) = old {
+            b.mr.remove_window();
+        }
+    }
+}
+
+impl Tables {
+    /// Executes a bind posted on `qp` (IBA 10.6.7.2.x, with rxe's checks): `Err` completes it
+    /// with `IB_WC_MW_BIND_ERR`.
+    pub(crate) fn bind_mw(&self, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
+        if !is_window(w.mw_rkey) {
+            return Err(());
+        }
+        let mw = self.mws.get(w.mw_rkey >> 8).ok_or(())?;
+        // C10-72: the QP's PD is the window's.
+        if mw.pd != qp.pd || w.access & !BIND_ACCESS != 0 {
+            return Err(());
+        }
+        let zero_based = w.access & access::ZERO_BASED != 0;
+        // o10-36.2.2: type 1 windows are addressed by virtual address.
+        if zero_based && !mw.type2 {
+            return Err(());
+        }
+        let rights = w.access & RIGHTS;
+        let target = if w.length > 0 {
+            let mr = self.mr(w.mr_lkey).ok_or(())?;
+            // C10-73 and C10-74: the MR allows binding, and memory the window lets peers
+            // write is memory the MR may write.
+            if mr.pd != qp.pd
+                || mr.access & access::MW_BIND == 0
+                || (rights & (access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
+                    && mr.access & access::LOCAL_WRITE == 0)
+            {
+                return Err(());
+            }
+            // C10-75: the window lies inside the MR.
+            let off = w.addr.checked_sub(mr.iova).ok_or(())?;
+            match off.checked_add(w.length) {
+                Some(end) if end <= mr.length => {}
+                _ => return Err(()),
+            }
+            Some((mr, off))
+        } else if mw.type2 {
+            // o10-37.2.40: a type 2B window is invalidated, not bound empty.
+            return Err(());
+        } else {
+            None
+        };
+        let mut st = mw.state.lock();
+        // o10-37.2.30: a type 2B window is bound only while free.
+        if st.freed || (mw.type2 && st.bound.is_some()) {
+            return Err(());
+        }
+        let byte = w.rkey & 0xff;
+        if byte == st.key & 0xff {
+            return Err(());
+        }
+        if let Some((mr, _)) = &target {
+            // Refused if the MR was deregistered or re-registered since the lookup.
+            if !mr.add_window(self) {
+                return Err(());
+            }
+        }
+        let old = st.bound.take();
+        st.bound = target.map(|(mr, mr_off)| Bound {
+            mr,
+            base: w.addr,
+            mr_off,
+            length: w.length,
+            rights,
+            zero_based,
+            qp: mw.type2.then_some(qp.serial),
+        });
+        st.key = (st.key & !0xff) | byte;
+        drop(st);
+        if let Some(b) = old {
+            b.mr.remove_window();
+        }
+        Ok(())
+    }
+
+    /// Invalidates the type 2B window `key`: by a local invalidate (`via: None`), or by a
+    /// send with invalidate arriving on `via`, which must be the QP the window is bound to.
+    /// `Err` for MR keys, type 1 windows, stale keys and windows not bound.
+    pub(crate) fn invalidate(&self, key: u32, via: Option<&QpShared>) -> Result<(), ()> {
+        if !is_window(key) {
+            return Err(());
+        }
+        let mw = self.mws.get(key >> 8).ok_or(())?;
+        let mut st = mw.state.lock();
+        // o10-37.2.26: type 1 windows are not invalidated by work requests.
+        if st.key != key || !mw.type2 {
+            return Err(());
+        }
+        let b = st.bound.as_ref().ok_or(())?;
+        if let Some(qp) = via {
+            if b.qp != Some(qp.serial) || mw.pd != qp.pd {
+                return Err(());
+            }
+        }
+        let old = st.bound.take();
+        drop(st);
+        if let Some(b) = old {
+            b.mr.remove_window();
+        }
+        Ok(())
+    }
+
+    /// Resolves a remote access of `len` bytes at `addr` through `key` arriving on `qp`, with
+    /// rights `right`: an MR's key, or a window's, checked against its binding (range, rights,
+    /// PD and, for type 2B, QP). Returns the MR and the offset in it.
+    pub(crate) fn remote(
+        &self,
+        qp: &QpShared,
+        key: u32,
+        addr: u64,
+        len: u64,
+        right: u32,
+    ) -> Result<(Arc<MrShared>, usize), Fault> {
+        if !is_window(key) {
+            let mr = self.mr(key).ok_or(Fault::Key)?;
+            let off = mr.check(qp.pd, addr, len, right)?;
+            return Ok((mr, off));
+        }
+        let mw = self.mws.get(key >> 8).ok_or(Fault::Key)?;
+        let st = mw.state.lock();
+        let b = st.bound.as_ref().ok_or(Fault::Key)?;
+        if st.key != key || mw.pd != qp.pd || b.qp.is_some_and(|s| s != qp.serial) {
+            return Err(Fault::Key);
+        }
+        if b.rights & right != right {
+            return Err(Fault::Access);
+        }
+        let off = if b.zero_based {
+            addr
+        } else {
+            addr.checked_sub(b.base).ok_or(Fault::Range)?
+        };
+        match off.checked_add(len) {
+            Some(end) if end <= b.length => {}
+            _ => return Err(Fault::Range),
+        }
+        Ok((b.mr.clone(), (b.mr_off + off) as usize))
+    }
+}
