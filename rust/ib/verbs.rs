@@ -496,8 +496,12 @@ pub(crate) mod wc_flags {
     pub(crate) const GRH: u32 = bindings::ib_wc_flags_IB_WC_GRH;
     /// Immediate data is valid.
     pub(crate) const WITH_IMM: u32 = bindings::ib_wc_flags_IB_WC_WITH_IMM;
-    /// The message invalidated the key in `imm_data`.
-    pub(crate) const WITH_INVALIDATE: u32 = bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE;
+    /// The message invalidated the key in `imm_data`, as a CQ ring carries it: libibverbs'
+    /// `IBV_WC_WITH_INV` (the rxe provider copies ring flags to `ibv_wc` unchanged; ib_core's
+    /// `IB_WC_WITH_INVALIDATE`, bit 2, would read as `IBV_WC_IP_CSUM_OK` there).
+    pub(crate) const WITH_INVALIDATE: u32 = 1 << 3;
+    /// `WITH_INVALIDATE` for kernel consumers.
+    pub(crate) const KERNEL_WITH_INVALIDATE: u32 = bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE;
 }
 
 /// Work request opcodes (`enum ib_wr_opcode`, also `IBV_WR_*`).
@@ -662,7 +666,11 @@ impl WcOut<'_> {
         o.qp = raw;
         o.ex.imm_data = core::mem::ManuallyDrop::new(wc.imm_data);
         o.src_qp = wc.src_qp;
-        o.wc_flags = wc.wc_flags as i32;
+        let mut flags = wc.wc_flags & (wc_flags::GRH | wc_flags::WITH_IMM);
+        if wc.wc_flags & wc_flags::WITH_INVALIDATE != 0 {
+            flags |= wc_flags::KERNEL_WITH_INVALIDATE;
+        }
+        o.wc_flags = flags as i32;
         o.port_num = wc.port_num.into();
         true
     }
