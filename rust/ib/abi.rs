@@ -587,6 +587,28 @@ mod tests {
     }
 
     #[test]
+    fn bind_fields_sit_where_the_rxe_provider_writes_them() {
+        // `struct rxe_send_wr`: wr_id, reserved, opcode, send_flags, ex, then the union, whose
+        // `mw` member is addr, length, mr_lkey, mw_rkey, rkey, access (rdma_user_rxe.h).
+        let mut b = [0u8; SEND_WQE_HEADER];
+        b[24..32].copy_from_slice(&0x7000_1000u64.to_ne_bytes());
+        b[32..40].copy_from_slice(&0x2000u64.to_ne_bytes());
+        b[40..44].copy_from_slice(&0x105u32.to_ne_bytes());
+        b[44..48].copy_from_slice(&0x80_0001u32.to_ne_bytes());
+        b[48..52].copy_from_slice(&0x80_0002u32.to_ne_bytes());
+        b[52..56].copy_from_slice(&0x22u32.to_ne_bytes());
+        let m = Bind::parse(&b);
+        assert_eq!((m.addr, m.length), (0x7000_1000, 0x2000));
+        assert_eq!(
+            (m.mr_lkey, m.mw_rkey, m.rkey, m.access),
+            (0x105, 0x80_0001, 0x80_0002, 0x22)
+        );
+        // The invalidate key of LOCAL_INV and SEND_WITH_INV shares the immediate's place.
+        b[20..24].copy_from_slice(&0x80_0003u32.to_ne_bytes());
+        assert_eq!(SendWqe::parse(&b).imm_data, 0x80_0003);
+    }
+
+    #[test]
     fn send_wqe_round_trips() {
         let mut b = [0u8; SEND_WQE_HEADER];
         let atomic = SendWqe {
