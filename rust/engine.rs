@@ -289,6 +289,13 @@ fn step(qp: &Arc<QpShared>) -> Step {
     // post into the slot at once.
     *cons = q.next(*cons);
     q.set_consumer(*cons);
+    if status != wc_status::SUCCESS {
+        qp.tables.stats.inc(Counter::SendErr);
+        // In ERR before the completion is visible: a consumer that sees it may reset the QP at
+        // once, and a later move to ERR would undo that.
+        drop(sq);
+        qp.fail(None);
+    }
     let signaled = qp.sig_all || wqe.send_flags & send_flags::SIGNALED != 0;
     if signaled || status != wc_status::SUCCESS {
         qp.scq.post(
@@ -304,11 +311,6 @@ fn step(qp: &Arc<QpShared>) -> Step {
             false,
             &qp.events,
         );
-    }
-    if status != wc_status::SUCCESS {
-        qp.tables.stats.inc(Counter::SendErr);
-        drop(sq);
-        qp.fail(None);
     }
     Step::Again
 }
