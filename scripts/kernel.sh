@@ -13,7 +13,7 @@ flavor=${1:-test}
 frag="$RODP_CACHE/config.$flavor"
 case $flavor in
 test) cp "$RODP_TOP/selftests/config" "$frag" ;;
-bench) grep -Ev '^CONFIG_(KASAN[A-Z_]*|PROVE_LOCKING|DEBUG_KERNEL|DEBUG_ATOMIC_SLEEP|DEBUG_LIST|DEBUG_OBJECTS[A-Z_]*|SLUB_DEBUG)=' \
+bench) grep -Ev '^CONFIG_(KASAN[A-Z_]*|PROVE_LOCKING|DEBUG_KERNEL|DEBUG_ATOMIC_SLEEP|DEBUG_LIST|DEBUG_OBJECTS[A-Z_]*|SLUB_DEBUG|DEBUG_KMEMLEAK[A-Z_]*)=' \
 	"$RODP_TOP/selftests/config" > "$frag" ;;
 *) die "usage: kernel.sh [test|bench]" ;;
 esac

@@ -56,7 +56,7 @@ env | grep '^RODP_' > "$share/env" || true
 # RODP_TESTS: a glob of selftest names for `check` (default: all).
 printf '%s\n' "${RODP_TESTS:-*}" > "$share/filter"
 
-qemu=(qemu-system-x86_64 -M pc -m 4G -smp 2 -nographic -no-reboot
+qemu=(qemu-system-x86_64 -M pc -m 4G -smp 2 -nographic -no-reboot -nic none
       -kernel "$kdir/arch/x86/boot/bzImage"
       -drive "file=$rootfs,if=virtio,format=raw,snapshot=on"
       -fsdev "local,id=fs0,path=$share,security_model=none"
@@ -88,7 +88,8 @@ cpu=max
 if [ "$accel" = kvm ]; then qemu+=(-accel kvm -cpu host); else qemu+=(-accel tcg -cpu "${RODP_QEMU_CPU:-$cpu}"); fi
 
 mkdir -p "$RODP_CACHE/logs"
-logf="$RODP_CACHE/logs/$task.log"
+# RODP_RUN_ID keeps the logs of runs from several checkouts at once apart.
+logf="$RODP_CACHE/logs/$task${RODP_RUN_ID:+-$RODP_RUN_ID}.log"
 log "booting guest ($accel) for '$task'; serial log: $logf"
 timeout $((limit + 120)) "${qemu[@]}" </dev/null 2>&1 | tee "$logf" | sed -n '/^RODP-GUEST-UP/,$p' | grep -v '^\[' || true
 

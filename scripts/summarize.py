@@ -95,6 +95,11 @@ def main():
     if splats:
         total[1] += 1
         fails.append("kernel log has splats:\n  " + "\n  ".join(splats[:20]))
+    leaks = results / "kmemleak.txt"
+    leak_text = leaks.read_text(errors="replace") if leaks.exists() else "no kmemleak report"
+    if leak_text.strip():
+        total[1] += 1
+        fails.append("kmemleak:\n  " + "\n  ".join(leak_text.splitlines()[:40]))
     for f in fails:
         print("FAIL", f)
     print(f"{total[0]} passed, {total[1]} failed, {total[2]} skipped")

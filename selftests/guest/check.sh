@@ -3,6 +3,10 @@
 . /mnt/rodp/lib.sh
 make_netdevs
 res=/mnt/rodp/results
+# Kernel memory leaks: forget what boot left (rodp is not loaded yet), scan after the tests.
+kml=/sys/kernel/debug/kmemleak
+mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
+[ -w $kml ] && echo clear > $kml
 modprobe rodp || echo "modprobe rodp failed"
 dmesg > "$res/kunit.dmesg"
 filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
@@ -28,5 +32,12 @@ for d in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys; print(" 
 	rdma link delete "$d" || true
 done
 rmmod rodp 2>/dev/null || true
+# An object is reported once it has been unreferenced for 5 s across two scans.
+if [ -w $kml ]; then
+	echo scan > $kml; sleep 6; echo scan > $kml
+	cat $kml > "$res/kmemleak.txt"
+else
+	echo "kmemleak unavailable" > "$res/kmemleak.txt"
+fi
 dmesg > "$res/final.dmesg"
 exit 0
