@@ -11,7 +11,7 @@ use crate::{
         abi::{self, Wc},
         event::Events,
         udata::Udata,
-        verbs::{wc_status, Event, Notify, WcOut},
+        verbs::{Event, Notify, WcOut, WcStatus},
     },
     limit::Token,
     queue::Queue,
@@ -220,7 +220,7 @@ impl CqShared {
         *prod = next;
         let fire = match *notify {
             Notify::Next => true,
-            Notify::Solicited => solicited || wc.status != wc_status::SUCCESS,
+            Notify::Solicited => solicited || wc.status != WcStatus::Success,
             Notify::None => false,
         };
         if fire {

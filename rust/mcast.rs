@@ -4,6 +4,7 @@
 //! The engine delivers a datagram sent to a group to every attached QP on every rodp device of
 //! the host, the sender's own included when it is attached (as multicast loopback does).
 
+use crate::engine::Gid;
 use kernel::{new_mutex, prelude::*, sync::Mutex};
 
 /// Multicast groups per device (as rxe).
@@ -15,18 +16,6 @@ pub(crate) const MAX_TOTAL_ATTACH: u32 = MAX_GROUPS * MAX_QP_ATTACH;
 
 /// The QP number a UD send to a multicast group names.
 pub(crate) const MULTICAST_QPN: u32 = 0xff_ffff;
-
-/// Whether `gid` is a multicast GID: an IPv6 multicast address, or an IPv4-mapped one of
-/// 224.0.0.0/4 (what rdma_cm joins for IPv4 groups on RoCEv2), as ib_core's
-/// `rdma_is_multicast_addr` says.
-pub(crate) fn is_multicast(gid: &[u8; 16]) -> bool {
-    let v4_mapped = gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff;
-    if v4_mapped {
-        gid[12] & 0xf0 == 0xe0
-    } else {
-        gid[0] == 0xff
-    }
-}
 
 struct Member {
     mgid: [u8; 16],
@@ -75,7 +64,7 @@ impl Groups {
 
     /// Attaches QP `qpn` to group `mgid`; attaching twice is not an error.
     pub(crate) fn attach(&self, mgid: &[u8; 16], qpn: u32) -> Result {
-        if !is_multicast(mgid) {
+        if !Gid(*mgid).is_multicast() {
             return Err(EINVAL);
         }
         let mut s = self.state.lock();
@@ -136,17 +125,6 @@ mod tests {
         let mut v = KVec::new();
         g.attached(mgid, &mut v)?;
         Ok(v)
-    }
-
-    #[test]
-    fn multicast_gids() {
-        let mut v4 = [0u8; 16];
-        v4[10..].copy_from_slice(&[0xff, 0xff, 224, 0, 1, 1]);
-        assert!(is_multicast(&v4));
-        v4[12] = 10;
-        assert!(!is_multicast(&v4));
-        assert!(is_multicast(&G1));
-        assert!(!is_multicast(&[0xfe; 16]));
     }
 
     #[test]

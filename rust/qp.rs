@@ -17,8 +17,8 @@ use crate::{
         kmem,
         udata::Udata,
         verbs::{
-            self, qp_mask, send_flags, wc_status, wr_opcode, Event, QpAttr, QpCap, QpInit, QpState,
-            QpType, RecvWr, Route, SendWr,
+            self, qp_mask, send_flags, Event, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr,
+            Route, SendWr, WcStatus, WrOpcode,
         },
         wq,
     },
@@ -27,11 +27,18 @@ use crate::{
     srq::{recv_wqe_size, SrqShared},
 };
 use kernel::{
-    impl_has_work, new_mutex, new_spinlock_irq, new_work,
+    impl_has_hr_timer, impl_has_work, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
-        Arc, Mutex, SpinLockIrq,
+        Arc, ArcBorrow, Mutex, SpinLockIrq,
+    },
+    time::{
+        hrtimer::{
+            ArcHrTimerHandle, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerRestart,
+            RelativeMode,
+        },
+        Monotonic,
     },
     workqueue::{Work, WorkItem},
 };
@@ -110,6 +117,8 @@ pub(crate) struct SendSide {
     pub(crate) attr_gen: Option<u64>,
     /// Reused for every WQE.
     pub(crate) scratch: Scratch,
+    /// The RNR or retransmission timer the WQE at the head waits for; dropping it cancels it.
+    pub(crate) backoff: Option<ArcHrTimerHandle<QpShared>>,
 }
 
 /// The receive side: ring (none with an SRQ) and the responder's scratch slot.
@@ -178,11 +187,28 @@ pub(crate) struct QpShared {
     pub(crate) rq: Mutex<RecvSide>,
     #[pin]
     work: Work<QpShared>,
+    /// Wakes the requester when a backoff ends.
+    #[pin]
+    timer: HrTimer<QpShared>,
+    /// Whether `timer` is armed and has not fired yet.
+    pub(crate) backoff_armed: Atomic<bool>,
     pub(crate) events: Arc<Events>,
 }
 
 impl_has_work! {
     impl HasWork<Self> for QpShared { self.work }
+}
+
+impl_has_hr_timer! {
+    impl HasHrTimer<Self> for QpShared { mode: RelativeMode<Monotonic>, field: self.timer }
+}
+
+impl HrTimerCallback for QpShared {
+    type Pointer<'a> = Arc<QpShared>;
+
+    fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
+        crate::engine::backoff_expired(this)
+    }
 }
 
 impl WorkItem for QpShared {
@@ -366,6 +392,7 @@ impl Qp {
                         attr: initial_attr(&i),
                         attr_gen: None,
                         scratch,
+                        backoff: None,
                     }),
                     rq <- new_mutex!(RecvSide {
                         queue: rq,
@@ -375,6 +402,8 @@ impl Qp {
                         segs,
                     }),
                     work <- new_work!("QpShared::work"),
+                    timer <- HrTimer::new(),
+                    backoff_armed: Atomic::new(false),
                     events: events.clone(),
                 }),
                 GFP_KERNEL,
@@ -424,10 +453,7 @@ impl Qp {
         } else {
             None
         };
-        let read_like = matches!(
-            wqe.opcode,
-            wr_opcode::RDMA_READ | wr_opcode::ATOMIC_CMP_AND_SWP | wr_opcode::ATOMIC_FETCH_AND_ADD
-        );
+        let read_like = WrOpcode::from_raw(wqe.opcode).is_some_and(WrOpcode::is_read_like);
         let inline = wqe.send_flags & send_flags::INLINE != 0 && !read_like;
         if inline && length > s.max_inline {
             return Err(EINVAL);
@@ -502,12 +528,12 @@ impl Qp {
         let s = &self.shared;
         let mut a = s.attrs.lock();
         let cur = if mask & qp_mask::CUR_STATE != 0 {
-            QpState::from_raw(attr.cur_qp_state).ok_or(EINVAL)?
+            attr.cur_qp_state.ok_or(EINVAL)?
         } else {
             s.state()
         };
         let next = if mask & qp_mask::STATE != 0 {
-            QpState::from_raw(attr.qp_state).ok_or(EINVAL)?
+            attr.qp_state.ok_or(EINVAL)?
         } else {
             cur
         };
@@ -609,8 +635,8 @@ impl Qp {
     pub(crate) fn query(&self) -> (QpAttr, QpInit) {
         let mut attr = *self.shared.attrs.lock();
         let st = self.shared.state();
-        attr.qp_state = st as u32;
-        attr.cur_qp_state = st as u32;
+        attr.qp_state = Some(st);
+        attr.cur_qp_state = Some(st);
         attr.cap = self.init.cap;
         attr.sq_draining = false;
         (attr, self.init)
@@ -625,6 +651,7 @@ impl Qp {
             let mut sq = s.sq.lock();
             sq.queue = None;
             sq.peer = None;
+            sq.backoff = None;
         }
         s.rq.lock().queue = None;
         s.tables.groups.detach_qp(s.qpn);
@@ -650,8 +677,8 @@ impl Qp {
 
 fn initial_attr(i: &QpInit) -> QpAttr {
     QpAttr {
-        qp_state: QpState::Reset as u32,
-        cur_qp_state: QpState::Reset as u32,
+        qp_state: Some(QpState::Reset),
+        cur_qp_state: Some(QpState::Reset),
         path_mtu: crate::ib::netdev::IB_MTU_1024,
         qkey: 0,
         rq_psn: 0,
@@ -705,10 +732,25 @@ impl QpShared {
     ///
     /// Takes no attribute lock, so the engine may call it while holding ring locks.
     pub(crate) fn fail(self: &Arc<Self>, ev: Option<Event>) {
+        if self.enter_err() {
+            self.failed(ev);
+        }
+    }
+
+    /// Moves the QP to the error state; returns `false` if it was there already. Takes no
+    /// lock: the completer calls it with the send queue held, before the error completion.
+    pub(crate) fn enter_err(&self) -> bool {
         if self.state.xchg(QpState::Err as u32, Full) == QpState::Err as u32 {
-            return;
+            return false;
         }
         self.generation.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// The rest of a failure after [`Self::enter_err`], with no ring lock held (an event
+    /// handler may call back into the verbs): raises `ev`, flushes the receives and wakes the
+    /// requester to flush the sends.
+    pub(crate) fn failed(self: &Arc<Self>, ev: Option<Event>) {
         if let Some(ev) = ev {
             self.events.event(ev);
         }
@@ -725,6 +767,7 @@ impl QpShared {
         }
         sq.cons = 0;
         sq.peer = None;
+        sq.backoff = None;
         sq.rnr_left = None;
         sq.retry_left = None;
         drop(sq);
@@ -760,7 +803,7 @@ impl QpShared {
             self.rcq.post(
                 &Wc {
                     wr_id: w.wr_id,
-                    status: wc_status::WR_FLUSH_ERR,
+                    status: WcStatus::WrFlushErr,
                     qp_num: self.qpn,
                     ..Default::default()
                 },

@@ -6,7 +6,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-pkgs=(rustc-web rust-web-src clang-19 lld-19 llvm-19 libclang-19-dev
+pkgs=(rustc-web rust-web-src rust-web-clippy clang-19 lld-19 llvm-19 libclang-19-dev
       build-essential bc bison flex libelf-dev libssl-dev cpio kmod xz-utils pahole
       qemu-system-x86 mmdebstrap libibverbs-dev librdmacm-dev pkg-config rsync)
 
@@ -16,7 +16,7 @@ for p in "${pkgs[@]}"; do
 done
 # rustc-web must be the 1.96 pair (the kernel tree is built with it); an old one needs upgrading.
 if [ ${#missing[@]} -eq 0 ] && ! /usr/bin/rustc --version | grep -q '^rustc 1\.9[6-9]'; then
-	missing+=(rustc-web rust-web-src)
+	missing+=(rustc-web rust-web-src rust-web-clippy)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing Debian packages: ${missing[*]}"

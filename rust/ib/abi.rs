@@ -6,6 +6,7 @@
 //! Everything here is parsed from, or serialised to, plain bytes: ring contents are written by
 //! user space at any time and are never trusted beyond their values.
 
+use super::verbs::{WcStatus, WrOpcode};
 use crate::bindings;
 use core::mem::offset_of;
 use kernel::prelude::*;
@@ -179,8 +180,7 @@ const SEND_OFF: SendOff = {
 };
 
 fn is_atomic(opcode: u32) -> bool {
-    opcode == bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP
-        || opcode == bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
+    WrOpcode::from_raw(opcode).is_some_and(WrOpcode::is_atomic)
 }
 
 impl SendWqe {
@@ -353,8 +353,8 @@ impl RecvWqe {
 pub(crate) struct Wc {
     /// Consumer's id.
     pub(crate) wr_id: u64,
-    /// `IB_WC_*` status.
-    pub(crate) status: u32,
+    /// Status.
+    pub(crate) status: WcStatus,
     /// `IB_UVERBS_WC_*` opcode.
     pub(crate) opcode: u32,
     /// Bytes received.
@@ -377,7 +377,7 @@ impl Wc {
         type W = bindings::ib_uverbs_wc;
         Self {
             wr_id: u64_at(b, offset_of!(W, wr_id)),
-            status: u32_at(b, offset_of!(W, status)),
+            status: WcStatus::from_raw(u32_at(b, offset_of!(W, status))),
             opcode: u32_at(b, offset_of!(W, opcode)),
             byte_len: u32_at(b, offset_of!(W, byte_len)),
             imm_data: u32_at(b, offset_of!(W, ex)),
@@ -393,7 +393,11 @@ impl Wc {
         type W = bindings::ib_uverbs_wc;
         let mut b = [0u8; CQE_SIZE];
         put(&mut b, offset_of!(W, wr_id), &self.wr_id.to_ne_bytes());
-        put(&mut b, offset_of!(W, status), &self.status.to_ne_bytes());
+        put(
+            &mut b,
+            offset_of!(W, status),
+            &(self.status as u32).to_ne_bytes(),
+        );
         put(&mut b, offset_of!(W, opcode), &self.opcode.to_ne_bytes());
         put(
             &mut b,
@@ -503,88 +507,9 @@ pub(crate) fn modify_srq_mmap_info_addr(cmd: &[u8]) -> u64 {
     )
 }
 
-/// Bytes RoCEv2 puts after the IP header: UDP (8), BTH (12), DETH (8); and the ICRC (4) after
-/// the payload.
-const ROCE_UD_OVERHEAD: u32 = 8 + 12 + 8 + 4;
-
-/// The 40 bytes a UD receive finds before the data, as RoCEv2 delivers them: for an
-/// IPv4-mapped destination GID, 20 zero bytes and the IPv4 header; otherwise the IPv6 header.
-/// (libibverbs' `ibv_init_ah_from_wc` tells the two apart by the IPv4 header's checksum.)
-pub(crate) fn grh(
-    sgid: &[u8; 16],
-    dgid: &[u8; 16],
-    payload: u32,
-    hop_limit: u8,
-    tclass: u8,
-) -> [u8; 40] {
-    let mut b = [0u8; 40];
-    let v4 = dgid[..10].iter().all(|&x| x == 0) && dgid[10] == 0xff && dgid[11] == 0xff;
-    if v4 {
-        let h = &mut b[20..];
-        h[0] = 0x45;
-        h[1] = tclass;
-        h[2..4].copy_from_slice(&((20 + ROCE_UD_OVERHEAD + payload) as u16).to_be_bytes());
-        // Don't fragment.
-        h[6] = 0x40;
-        h[8] = hop_limit;
-        // UDP.
-        h[9] = 17;
-        h[12..16].copy_from_slice(&sgid[12..]);
-        h[16..20].copy_from_slice(&dgid[12..]);
-        let csum = ipv4_checksum(h);
-        h[10..12].copy_from_slice(&csum.to_be_bytes());
-    } else {
-        type G = bindings::ib_grh;
-        let vtf = 6u32 << 28 | u32::from(tclass) << 20;
-        put(
-            &mut b,
-            offset_of!(G, version_tclass_flow),
-            &vtf.to_be_bytes(),
-        );
-        put(
-            &mut b,
-            offset_of!(G, paylen),
-            &((ROCE_UD_OVERHEAD + payload) as u16).to_be_bytes(),
-        );
-        put(&mut b, offset_of!(G, next_hdr), &[17]);
-        put(&mut b, offset_of!(G, hop_limit), &[hop_limit]);
-        put(&mut b, offset_of!(G, sgid), sgid);
-        put(&mut b, offset_of!(G, dgid), dgid);
-    }
-    b
-}
-
-/// The IPv4 header checksum of `h` (its checksum field zero).
-fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 #[kunit_tests(rodp_abi)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ipv4_grh_has_a_valid_header() {
-        let mut s = [0u8; 16];
-        let mut d = [0u8; 16];
-        s[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 1]);
-        d[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 2]);
-        let g = grh(&s, &d, 100, 64, 0);
-        assert!(g[..20].iter().all(|&x| x == 0));
-        assert_eq!(g[20], 0x45);
-        assert_eq!(u16::from_be_bytes([g[22], g[23]]), 20 + 32 + 100);
-        assert_eq!(&g[32..36], &[10, 0, 0, 1]);
-        assert_eq!(&g[36..40], &[10, 0, 0, 2]);
-        // A header with its checksum sums to 0xffff.
-        assert_eq!(ipv4_checksum(&g[20..]), 0);
-    }
 
     #[test]
     fn bind_fields_sit_where_the_rxe_provider_writes_them() {
@@ -679,7 +604,7 @@ mod tests {
     fn wc_round_trips() {
         let wc = Wc {
             wr_id: 1,
-            status: 4,
+            status: WcStatus::LocProtErr,
             opcode: 128,
             byte_len: 296,
             imm_data: 0x1234,
@@ -689,22 +614,13 @@ mod tests {
             port_num: 1,
         };
         let p = Wc::parse(&wc.to_bytes());
-        assert_eq!((p.wr_id, p.status, p.opcode, p.byte_len), (1, 4, 128, 296));
+        assert_eq!(
+            (p.wr_id, p.status, p.opcode, p.byte_len),
+            (1, WcStatus::LocProtErr, 128, 296)
+        );
         assert_eq!(
             (p.imm_data, p.qp_num, p.src_qp, p.wc_flags, p.port_num),
             (0x1234, 1, 1, 1, 1)
         );
-    }
-
-    #[test]
-    fn ipv6_grh_carries_both_gids() {
-        let s = [0xfeu8; 16];
-        let d = [0x20u8; 16];
-        let g = grh(&s, &d, 100, 1, 0);
-        assert_eq!(g[0] >> 4, 6);
-        assert_eq!(u16::from_be_bytes([g[4], g[5]]), 32 + 100);
-        assert_eq!(g[6], 17);
-        assert_eq!(&g[8..24], &s);
-        assert_eq!(&g[24..40], &d);
     }
 }

@@ -484,7 +484,7 @@ impl<T: Driver> Device<T> {
                     (!init.srq.is_null()).then(|| Srq::<T>::from_raw(init.srq)),
                 )
             };
-            let mut qi = QpInit::from_raw(init);
+            let mut qi = QpInit::from_raw(init)?;
             // SAFETY: `qp` is live until `destroy_qp_cb` revokes the sink.
             let events = Events::new(Target::Qp(unsafe { NonNull::new_unchecked(qp) }))?;
             let (ctx, u) = match &mut user {

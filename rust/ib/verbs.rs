@@ -57,18 +57,17 @@ pub(crate) enum QpType {
     Ud,
     /// The general services QP (QP1), a UD QP that ib_mad creates for each port.
     Gsi,
-    /// Any other type (SMI, XRC, raw, driver).
-    Other,
 }
 
 impl QpType {
-    pub(super) fn from_raw(v: u32) -> Self {
+    /// The type `v` names; `None` for the others (SMI, XRC, raw, driver).
+    pub(super) fn from_raw(v: u32) -> Option<Self> {
         match v {
-            bindings::ib_qp_type_IB_QPT_RC => Self::Rc,
-            bindings::ib_qp_type_IB_QPT_UC => Self::Uc,
-            bindings::ib_qp_type_IB_QPT_UD => Self::Ud,
-            bindings::ib_qp_type_IB_QPT_GSI => Self::Gsi,
-            _ => Self::Other,
+            bindings::ib_qp_type_IB_QPT_RC => Some(Self::Rc),
+            bindings::ib_qp_type_IB_QPT_UC => Some(Self::Uc),
+            bindings::ib_qp_type_IB_QPT_UD => Some(Self::Ud),
+            bindings::ib_qp_type_IB_QPT_GSI => Some(Self::Gsi),
+            _ => None,
         }
     }
 
@@ -77,7 +76,7 @@ impl QpType {
             Self::Rc => bindings::ib_qp_type_IB_QPT_RC,
             Self::Uc => bindings::ib_qp_type_IB_QPT_UC,
             Self::Gsi => bindings::ib_qp_type_IB_QPT_GSI,
-            Self::Ud | Self::Other => bindings::ib_qp_type_IB_QPT_UD,
+            Self::Ud => bindings::ib_qp_type_IB_QPT_UD,
         }
     }
 
@@ -254,14 +253,15 @@ pub(crate) struct QpInit {
 }
 
 impl QpInit {
-    pub(super) fn from_raw(a: &bindings::ib_qp_init_attr) -> Self {
-        Self {
-            qp_type: QpType::from_raw(a.qp_type),
+    /// The attributes of `a`; `EOPNOTSUPP` for a QP type rodp does not know.
+    pub(super) fn from_raw(a: &bindings::ib_qp_init_attr) -> Result<Self> {
+        Ok(Self {
+            qp_type: QpType::from_raw(a.qp_type).ok_or(EOPNOTSUPP)?,
             cap: QpCap::from_raw(&a.cap),
             sig_all: a.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR,
             has_srq: !a.srq.is_null(),
             create_flags: a.create_flags,
-        }
+        })
     }
 
     pub(super) fn to_raw(self, a: &mut bindings::ib_qp_init_attr) {
@@ -278,10 +278,10 @@ impl QpInit {
 /// QP attributes (`struct ib_qp_attr`): the fields rodp implements.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QpAttr {
-    /// Target state.
-    pub(crate) qp_state: u32,
-    /// Assumed current state.
-    pub(crate) cur_qp_state: u32,
+    /// Target state (`None`: not a state).
+    pub(crate) qp_state: Option<QpState>,
+    /// Assumed current state (`None`: not a state).
+    pub(crate) cur_qp_state: Option<QpState>,
     /// Path MTU (`IB_MTU_*`).
     pub(crate) path_mtu: u32,
     /// Q_Key (UD).
@@ -323,8 +323,8 @@ pub(crate) struct QpAttr {
 impl QpAttr {
     pub(super) fn from_raw(a: &bindings::ib_qp_attr) -> Self {
         Self {
-            qp_state: a.qp_state,
-            cur_qp_state: a.cur_qp_state,
+            qp_state: QpState::from_raw(a.qp_state),
+            cur_qp_state: QpState::from_raw(a.cur_qp_state),
             path_mtu: a.path_mtu,
             qkey: a.qkey,
             rq_psn: a.rq_psn,
@@ -347,8 +347,12 @@ impl QpAttr {
     }
 
     pub(super) fn to_raw(self, a: &mut bindings::ib_qp_attr) {
-        a.qp_state = self.qp_state;
-        a.cur_qp_state = self.cur_qp_state;
+        a.qp_state = self
+            .qp_state
+            .map_or(bindings::ib_qp_state_IB_QPS_ERR, |s| s as u32);
+        a.cur_qp_state = self
+            .cur_qp_state
+            .map_or(bindings::ib_qp_state_IB_QPS_ERR, |s| s as u32);
         a.path_mtu = self.path_mtu;
         a.qkey = self.qkey;
         a.rq_psn = self.rq_psn;
@@ -436,32 +440,57 @@ pub(crate) enum Event {
     SrqLimitReached = bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED,
 }
 
-/// Completion statuses (`enum ib_wc_status`, also `IBV_WC_*`).
-pub(crate) mod wc_status {
-    use crate::bindings;
-
+/// A completion status (`enum ib_wc_status`, also `IBV_WC_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[repr(u32)]
+pub(crate) enum WcStatus {
     /// Success.
-    pub(crate) const SUCCESS: u32 = bindings::ib_wc_status_IB_WC_SUCCESS;
+    #[default]
+    Success = bindings::ib_wc_status_IB_WC_SUCCESS,
     /// Local length error.
-    pub(crate) const LOC_LEN_ERR: u32 = bindings::ib_wc_status_IB_WC_LOC_LEN_ERR;
+    LocLenErr = bindings::ib_wc_status_IB_WC_LOC_LEN_ERR,
     /// Local QP operation error.
-    pub(crate) const LOC_QP_OP_ERR: u32 = bindings::ib_wc_status_IB_WC_LOC_QP_OP_ERR;
+    LocQpOpErr = bindings::ib_wc_status_IB_WC_LOC_QP_OP_ERR,
     /// Local protection error.
-    pub(crate) const LOC_PROT_ERR: u32 = bindings::ib_wc_status_IB_WC_LOC_PROT_ERR;
+    LocProtErr = bindings::ib_wc_status_IB_WC_LOC_PROT_ERR,
     /// Flushed.
-    pub(crate) const WR_FLUSH_ERR: u32 = bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR;
-    /// Remote invalid request.
-    pub(crate) const REM_INV_REQ_ERR: u32 = bindings::ib_wc_status_IB_WC_REM_INV_REQ_ERR;
-    /// Remote access error.
-    pub(crate) const REM_ACCESS_ERR: u32 = bindings::ib_wc_status_IB_WC_REM_ACCESS_ERR;
-    /// Remote operational error.
-    pub(crate) const REM_OP_ERR: u32 = bindings::ib_wc_status_IB_WC_REM_OP_ERR;
-    /// Transport retries exceeded.
-    pub(crate) const RETRY_EXC_ERR: u32 = bindings::ib_wc_status_IB_WC_RETRY_EXC_ERR;
-    /// RNR retries exceeded.
-    pub(crate) const RNR_RETRY_EXC_ERR: u32 = bindings::ib_wc_status_IB_WC_RNR_RETRY_EXC_ERR;
+    WrFlushErr = bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR,
     /// A memory window bind failed.
-    pub(crate) const MW_BIND_ERR: u32 = bindings::ib_wc_status_IB_WC_MW_BIND_ERR;
+    MwBindErr = bindings::ib_wc_status_IB_WC_MW_BIND_ERR,
+    /// Remote invalid request.
+    RemInvReqErr = bindings::ib_wc_status_IB_WC_REM_INV_REQ_ERR,
+    /// Remote access error.
+    RemAccessErr = bindings::ib_wc_status_IB_WC_REM_ACCESS_ERR,
+    /// Remote operational error.
+    RemOpErr = bindings::ib_wc_status_IB_WC_REM_OP_ERR,
+    /// Transport retries exceeded.
+    RetryExcErr = bindings::ib_wc_status_IB_WC_RETRY_EXC_ERR,
+    /// RNR retries exceeded.
+    RnrRetryExcErr = bindings::ib_wc_status_IB_WC_RNR_RETRY_EXC_ERR,
+    /// Any other failure.
+    GeneralErr = bindings::ib_wc_status_IB_WC_GENERAL_ERR,
+}
+
+impl WcStatus {
+    /// The status a CQ entry carries, `GeneralErr` for a value rodp never writes.
+    pub(crate) fn from_raw(v: u32) -> Self {
+        [
+            Self::Success,
+            Self::LocLenErr,
+            Self::LocQpOpErr,
+            Self::LocProtErr,
+            Self::WrFlushErr,
+            Self::MwBindErr,
+            Self::RemInvReqErr,
+            Self::RemAccessErr,
+            Self::RemOpErr,
+            Self::RetryExcErr,
+            Self::RnrRetryExcErr,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == v)
+        .unwrap_or(Self::GeneralErr)
+    }
 }
 
 /// Completion opcodes (`enum ib_uverbs_wc_opcode`, `IBV_WC_RECV*`).
@@ -504,30 +533,93 @@ pub(crate) mod wc_flags {
     pub(crate) const KERNEL_WITH_INVALIDATE: u32 = bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE;
 }
 
-/// Work request opcodes (`enum ib_wr_opcode`, also `IBV_WR_*`).
-pub(crate) mod wr_opcode {
-    use crate::bindings;
-
+/// A work request opcode (`enum ib_wr_opcode`, also `IBV_WR_*`), parsed once from a WQE.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum WrOpcode {
     /// RDMA write.
-    pub(crate) const RDMA_WRITE: u32 = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE;
+    RdmaWrite = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE,
     /// RDMA write with immediate.
-    pub(crate) const RDMA_WRITE_WITH_IMM: u32 = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM;
+    RdmaWriteWithImm = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM,
     /// Send.
-    pub(crate) const SEND: u32 = bindings::ib_wr_opcode_IB_WR_SEND;
+    Send = bindings::ib_wr_opcode_IB_WR_SEND,
     /// Send with immediate.
-    pub(crate) const SEND_WITH_IMM: u32 = bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM;
+    SendWithImm = bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM,
     /// RDMA read.
-    pub(crate) const RDMA_READ: u32 = bindings::ib_wr_opcode_IB_WR_RDMA_READ;
+    RdmaRead = bindings::ib_wr_opcode_IB_WR_RDMA_READ,
     /// Compare and swap.
-    pub(crate) const ATOMIC_CMP_AND_SWP: u32 = bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP;
+    AtomicCmpAndSwp = bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP,
     /// Fetch and add.
-    pub(crate) const ATOMIC_FETCH_AND_ADD: u32 = bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD;
+    AtomicFetchAndAdd = bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD,
     /// Invalidate a key locally.
-    pub(crate) const LOCAL_INV: u32 = bindings::ib_wr_opcode_IB_WR_LOCAL_INV;
+    LocalInv = bindings::ib_wr_opcode_IB_WR_LOCAL_INV,
     /// Bind a memory window.
-    pub(crate) const BIND_MW: u32 = bindings::ib_wr_opcode_IB_WR_BIND_MW;
+    BindMw = bindings::ib_wr_opcode_IB_WR_BIND_MW,
     /// Send, invalidating a key at the responder.
-    pub(crate) const SEND_WITH_INV: u32 = bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV;
+    SendWithInv = bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV,
+}
+
+impl WrOpcode {
+    /// Every opcode rodp executes.
+    const ALL: [Self; 10] = [
+        Self::RdmaWrite,
+        Self::RdmaWriteWithImm,
+        Self::Send,
+        Self::SendWithImm,
+        Self::RdmaRead,
+        Self::AtomicCmpAndSwp,
+        Self::AtomicFetchAndAdd,
+        Self::LocalInv,
+        Self::BindMw,
+        Self::SendWithInv,
+    ];
+
+    /// The opcode `v` names, if rodp executes it.
+    pub(crate) fn from_raw(v: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| *o as u32 == v)
+    }
+
+    /// Whether the responder answers with data (reads and atomics), so the requester needs
+    /// `max_rd_atomic` credits and writable local memory.
+    pub(crate) fn is_read_like(self) -> bool {
+        matches!(
+            self,
+            Self::RdmaRead | Self::AtomicCmpAndSwp | Self::AtomicFetchAndAdd
+        )
+    }
+
+    /// Whether the operation is an atomic.
+    pub(crate) fn is_atomic(self) -> bool {
+        matches!(self, Self::AtomicCmpAndSwp | Self::AtomicFetchAndAdd)
+    }
+
+    /// Whether the message consumes a receive WQE as a send.
+    pub(crate) fn is_send(self) -> bool {
+        matches!(self, Self::Send | Self::SendWithImm | Self::SendWithInv)
+    }
+
+    /// The opcode of the send-side completion (`IB_UVERBS_WC_*`).
+    pub(crate) fn wc_opcode(self) -> u32 {
+        match self {
+            Self::RdmaWrite | Self::RdmaWriteWithImm => wc_opcode::RDMA_WRITE,
+            Self::RdmaRead => wc_opcode::RDMA_READ,
+            Self::AtomicCmpAndSwp => wc_opcode::COMP_SWAP,
+            Self::AtomicFetchAndAdd => wc_opcode::FETCH_ADD,
+            Self::BindMw => wc_opcode::BIND_MW,
+            Self::LocalInv => wc_opcode::LOCAL_INV,
+            Self::Send | Self::SendWithImm | Self::SendWithInv => wc_opcode::SEND,
+        }
+    }
+
+    /// Whether a QP of type `t` may post it (IBA table 90: datagrams carry sends only; UC has
+    /// no reads or atomics).
+    pub(crate) fn valid_for(self, t: QpType) -> bool {
+        match t {
+            QpType::Rc => true,
+            QpType::Uc => !self.is_read_like(),
+            QpType::Ud | QpType::Gsi => matches!(self, Self::Send | Self::SendWithImm),
+        }
+    }
 }
 
 /// Send flags (`enum ib_send_flags`, also `IBV_SEND_*`).
@@ -659,7 +751,7 @@ impl WcOut<'_> {
         // SAFETY: All-zero is a valid `ib_wc` (integers, a NULL pointer, unions of them).
         *o = unsafe { core::mem::zeroed() };
         o.__bindgen_anon_1.wr_id = core::mem::ManuallyDrop::new(wc.wr_id);
-        o.status = wc.status;
+        o.status = wc.status as u32;
         // The uverbs completion opcodes have the kernel's values.
         o.opcode = wc.opcode;
         o.byte_len = wc.byte_len;

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The completer (rxe's `rxe_comp.c`): turns the answer to a send WQE into its completion,
+//! or into a retry after the RNR or transport timer, and flushes the send queue of a QP in
+//! error.
+//!
+//! Waiting is a timer per QP (an hrtimer that wakes the requester): a worker never sleeps for
+//! a peer, so QPs in backoff cost no worker and cannot delay other QPs.
+
+use crate::{
+    ib::{
+        abi::{SendWqe, Wc},
+        verbs::{send_flags, WcStatus, WrOpcode},
+    },
+    qp::{QpShared, SendSide},
+    queue::Queue,
+    stats::Counter,
+};
+use kernel::{
+    sync::{
+        atomic::{Acquire, Release},
+        Arc, ArcBorrow, MutexGuard,
+    },
+    time::{
+        hrtimer::{HrTimerPointer, HrTimerRestart},
+        Delta,
+    },
+};
+
+/// RNR NAK timer codes in microseconds (IBA table 45; code 0 is the longest).
+const RNR_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+    5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760,
+    327_680, 491_520,
+];
+
+/// What executing a WQE came to.
+pub(super) enum Exec {
+    /// Complete with a status; `byte_len` for reads and atomics.
+    Done(WcStatus, u32),
+    /// The responder had no receive WQE.
+    Rnr(u8),
+    /// No answer: retry later.
+    NoAnswer,
+}
+
+/// The transport timer: 4.096 us * 2^code; code 0 means "infinite", retried every 10 ms here.
+fn timeout_delay(code: u8) -> Delta {
+    if code == 0 {
+        return Delta::from_millis(10);
+    }
+    let us = (4096u64 << code.min(24)) / 1000;
+    Delta::from_micros(us.clamp(100, 2_000_000) as i64)
+}
+
+/// Arms `qp`'s backoff timer: the WQE at the head runs again when it fires.
+fn backoff(qp: &Arc<QpShared>, sq: &mut SendSide, delay: Delta) {
+    qp.backoff_armed.store(true, Release);
+    sq.backoff = Some(qp.clone().start(delay));
+}
+
+/// Whether the head WQE must still wait for its backoff timer; forgets an expired one.
+pub(super) fn backing_off(qp: &QpShared, sq: &mut SendSide) -> bool {
+    if sq.backoff.is_none() {
+        return false;
+    }
+    if qp.backoff_armed.load(Acquire) {
+        return true;
+    }
+    sq.backoff = None;
+    false
+}
+
+/// The backoff timer's callback (hard interrupt context): wakes the requester.
+pub(crate) fn backoff_expired(qp: ArcBorrow<'_, QpShared>) -> HrTimerRestart {
+    qp.backoff_armed.store(false, Release);
+    Arc::from(qp).kick();
+    HrTimerRestart::NoRestart
+}
+
+/// Finishes the WQE `w` at the head of `qp`'s send queue `q` with the result of executing
+/// it; returns whether the requester goes on with the next WQE.
+pub(super) fn complete(
+    qp: &Arc<QpShared>,
+    mut sq: MutexGuard<'_, SendSide>,
+    q: &Queue,
+    w: &SendWqe,
+    op: Option<WrOpcode>,
+    exec: Exec,
+) -> bool {
+    let a = sq.attr;
+    let stats = &qp.tables.stats;
+    let (status, byte_len) = match exec {
+        Exec::Done(s, l) => (s, l),
+        Exec::Rnr(timer) => {
+            stats.inc(Counter::RcvdRnrErr);
+            let left = sq.rnr_left.get_or_insert(a.rnr_retry);
+            if *left == 0 {
+                stats.inc(Counter::RetryRnrExceededErr);
+                (WcStatus::RnrRetryExcErr, 0)
+            } else {
+                // 7 means "retry forever".
+                if *left != 7 {
+                    *left -= 1;
+                }
+                let us = RNR_US[usize::from(timer & 31)];
+                backoff(qp, &mut sq, Delta::from_micros(us.into()));
+                return false;
+            }
+        }
+        Exec::NoAnswer => {
+            let left = sq.retry_left.get_or_insert(a.retry_cnt);
+            if *left == 0 && a.timeout != 0 {
+                stats.inc(Counter::RetryExceededErr);
+                (WcStatus::RetryExcErr, 0)
+            } else {
+                if a.timeout != 0 {
+                    *left -= 1;
+                }
+                // Re-resolve: the peer may appear or change state meanwhile.
+                sq.peer = None;
+                backoff(qp, &mut sq, timeout_delay(a.timeout));
+                return false;
+            }
+        }
+    };
+    sq.rnr_left = None;
+    sq.retry_left = None;
+    // Free the slot before the completion is visible: a consumer that sees the completion may
+    // post into the slot at once.
+    sq.cons = q.next(sq.cons);
+    q.set_consumer(sq.cons);
+    let failed = status != WcStatus::Success;
+    // In ERR before the completion is visible (a consumer that sees it may reset the QP at
+    // once, and a later move to ERR would undo that), and the completion posted while the
+    // send queue is held: `destroy_qp` takes it, so no completion follows the destroy.
+    let entered_err = failed && {
+        stats.inc(Counter::SendErr);
+        qp.enter_err()
+    };
+    if failed || qp.sig_all || w.send_flags & send_flags::SIGNALED != 0 {
+        qp.scq
+            .post(&send_wc(qp, w, op, status, byte_len), false, &qp.events);
+    }
+    drop(sq);
+    if entered_err {
+        qp.failed(None);
+    }
+    true
+}
+
+fn send_wc(qp: &QpShared, w: &SendWqe, op: Option<WrOpcode>, status: WcStatus, len: u32) -> Wc {
+    Wc {
+        wr_id: w.wr_id,
+        status,
+        // An opcode rodp does not know completes as what it most likely meant.
+        opcode: op.map_or(WrOpcode::Send, |o| o).wc_opcode(),
+        byte_len: len,
+        qp_num: qp.qpn,
+        port_num: 1,
+        ..Default::default()
+    }
+}
+
+/// Completes every queued send WQE with `WR_FLUSH_ERR` and forgets any backoff.
+pub(super) fn flush(qp: &QpShared, sq: &mut SendSide, q: &Queue) {
+    sq.backoff = None;
+    let prod = q.producer();
+    let n = sq.buf.len().min(q.elem_size());
+    while sq.cons != prod {
+        if q.read(sq.cons, &mut sq.buf[..n]).is_err() {
+            break;
+        }
+        let w = SendWqe::parse(&sq.buf);
+        sq.cons = q.next(sq.cons);
+        q.set_consumer(sq.cons);
+        let mut wc = send_wc(
+            qp,
+            &w,
+            WrOpcode::from_raw(w.opcode),
+            WcStatus::WrFlushErr,
+            0,
+        );
+        wc.port_num = 0;
+        qp.scq.post(&wc, false, &qp.events);
+    }
+}

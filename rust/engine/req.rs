@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The requester (rxe's `rxe_req.c`): takes WQEs from a QP's send queue in order, checks them,
+//! resolves local memory and the destination, and turns each into a [`Message`] for the
+//! transport; window operations complete here, in order with the WQEs around them.
+
+use super::{
+    comp::{self, Exec},
+    deliver,
+    packet::Gid,
+    xfer::{resolve, transfer, Scratch, Src},
+    Message, Nak, Reply, Ud,
+};
+use crate::{
+    device::Device,
+    ib::{
+        abi::{self, SendWqe, Sge},
+        netdev,
+        umem::AtomicOp,
+        verbs::{access, send_flags, Event, QpAttr, QpState, QpType, WcStatus, WrOpcode},
+    },
+    mcast,
+    qp::{QpShared, SendSide},
+    stats::{packets, Counter},
+};
+use kernel::{
+    prelude::*,
+    sync::{atomic::Acquire, Arc},
+};
+
+/// WQEs one run of a requester handles before yielding the worker.
+const BUDGET: u32 = 256;
+
+/// Runs a QP's send queue until it is empty, blocked, waiting for a timer, or the budget is
+/// used.
+pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
+    for _ in 0..BUDGET {
+        if !step(qp) {
+            return;
+        }
+    }
+    qp.kick();
+}
+
+/// Handles the WQE at the head of the send queue; returns whether to go on.
+fn step(qp: &Arc<QpShared>) -> bool {
+    let generation = qp.generation();
+    let mut sq = qp.sq.lock();
+    if sq.attr_gen != Some(generation) {
+        // Copied under the attribute lock taken before the ring lock, as `modify` does.
+        drop(sq);
+        let a = *qp.attrs.lock();
+        sq = qp.sq.lock();
+        sq.attr = a;
+        sq.attr_gen = Some(generation);
+    }
+    let Some(q) = sq.queue.clone() else {
+        return false;
+    };
+    match qp.state() {
+        QpState::Rts => {}
+        QpState::Err | QpState::Sqe => {
+            comp::flush(qp, &mut sq, &q);
+            if qp.state() == QpState::Err && qp.srq.is_none() {
+                // A kernel consumer's receives posted after the failure (user space rings
+                // the doorbell, which flushes them itself).
+                drop(sq);
+                qp.flush_recv();
+            }
+            return false;
+        }
+        QpState::Sqd => {
+            if !sq.drained {
+                sq.drained = true;
+                if sq.attr.en_sqd_async_notify {
+                    qp.events.event(Event::SqDrained);
+                }
+            }
+            return false;
+        }
+        _ => return false,
+    }
+    if comp::backing_off(qp, &mut sq) || q.producer() == sq.cons {
+        return false;
+    }
+    let SendSide {
+        cons,
+        buf,
+        peer,
+        attr,
+        scratch,
+        ..
+    } = &mut *sq;
+    let n = buf.len().min(q.elem_size());
+    if q.read(*cons, &mut buf[..n]).is_err() {
+        return false;
+    }
+    let wqe = SendWqe::parse(buf);
+    let op = WrOpcode::from_raw(wqe.opcode);
+    if qp.qp_type == QpType::Rc && peer.as_ref().is_none_or(|(_, g)| *g != generation) {
+        *peer = find_rc_peer(&attr.route.dgid, attr.dest_qp_num).map(|p| (p, generation));
+    }
+    let exec = match op {
+        Some(op) if op.valid_for(qp.qp_type) => execute(
+            qp,
+            attr,
+            op,
+            &wqe,
+            &buf[..n],
+            peer.as_ref().map(|(p, _)| p),
+            scratch,
+        ),
+        _ => Exec::Done(WcStatus::LocQpOpErr, 0),
+    };
+    scratch.clear();
+    comp::complete(qp, sq, &q, &wqe, op, exec)
+}
+
+fn find_rc_peer(dgid: &[u8; 16], qpn: u32) -> Option<Arc<QpShared>> {
+    Device::with_gid_owner(dgid, |dev| dev.tables.qps.get(qpn))
+        .flatten()
+        .filter(|p| p.qp_type == QpType::Rc)
+}
+
+/// Executes one send WQE `w` (operation `op`) of `qp`; `raw` is the whole WQE (for its SGEs
+/// or inline data).
+fn execute(
+    qp: &Arc<QpShared>,
+    a: &QpAttr,
+    op: WrOpcode,
+    w: &SendWqe,
+    raw: &[u8],
+    peer: Option<&Arc<QpShared>>,
+    scratch: &mut Scratch,
+) -> Exec {
+    // Memory window operations complete locally, in order with the WQEs around them.
+    match op {
+        WrOpcode::BindMw => {
+            let status = match qp.tables.bind_mw(qp, &abi::Bind::parse(raw)) {
+                Ok(()) => WcStatus::Success,
+                Err(()) => WcStatus::MwBindErr,
+            };
+            return Exec::Done(status, 0);
+        }
+        WrOpcode::LocalInv => {
+            // The key to invalidate is where immediate data would be.
+            let status = match qp.tables.invalidate(w.imm_data, None) {
+                Ok(()) => WcStatus::Success,
+                Err(()) => WcStatus::LocQpOpErr,
+            };
+            return Exec::Done(status, 0);
+        }
+        _ => {}
+    }
+    let read_like = op.is_read_like();
+    if read_like && a.max_rd_atomic == 0 {
+        return Exec::Done(WcStatus::LocQpOpErr, 0);
+    }
+    // Local data: inline bytes or registered memory.
+    let Scratch { sges, segs } = scratch;
+    let inline = w.send_flags & send_flags::INLINE != 0 && !read_like;
+    let (src, len) = if inline {
+        let len = w.length as usize;
+        if w.length > qp.max_inline {
+            return Exec::Done(WcStatus::LocLenErr, 0);
+        }
+        match raw.get(abi::SEND_WQE_HEADER..abi::SEND_WQE_HEADER + len) {
+            Some(b) => (Some(b), len),
+            None => return Exec::Done(WcStatus::LocLenErr, 0),
+        }
+    } else {
+        if w.num_sge > qp.max_send_sge
+            || abi::SEND_WQE_HEADER + w.num_sge as usize * abi::SGE_SIZE > raw.len()
+        {
+            return Exec::Done(WcStatus::LocQpOpErr, 0);
+        }
+        for i in 0..w.num_sge as usize {
+            if sges
+                .push(Sge::parse(raw, abi::SEND_WQE_HEADER, i), GFP_KERNEL)
+                .is_err()
+            {
+                return Exec::Done(WcStatus::LocQpOpErr, 0);
+            }
+        }
+        let need = if read_like { access::LOCAL_WRITE } else { 0 };
+        match resolve(qp, sges, need, segs) {
+            Ok(len) => (None, len),
+            // Every local key, right or range fault is a local protection error.
+            Err(_) => return Exec::Done(WcStatus::LocProtErr, 0),
+        }
+    };
+    let data = match src {
+        Some(b) => Src::Inline(b),
+        None => Src::Segs(segs),
+    };
+    let atomic = match op {
+        WrOpcode::AtomicCmpAndSwp => Some(AtomicOp::CmpSwap(w.compare_add, w.swap)),
+        WrOpcode::AtomicFetchAndAdd => Some(AtomicOp::FetchAdd(w.compare_add)),
+        _ => None,
+    };
+    if atomic.is_some() && len < 8 {
+        return Exec::Done(WcStatus::LocLenErr, 0);
+    }
+    let mut msg = Message {
+        opcode: op,
+        src_qpn: qp.qpn,
+        imm: w.imm_data,
+        solicited: w.send_flags & send_flags::SOLICITED != 0,
+        len: if atomic.is_some() { 8 } else { len },
+        data,
+        remote_addr: w.remote_addr,
+        rkey: w.rkey,
+        atomic,
+        read_into: segs,
+        ud: None,
+    };
+    let dest = if qp.qp_type.is_ud() {
+        // A kernel consumer's WQE carries the address (its AH was checked when posting); a
+        // user WQE names an AH of the QP's PD.
+        let av = if qp.kernel {
+            abi::Av::parse(raw)
+        } else {
+            match qp.tables.ahs.get(w.ah_num).filter(|ah| ah.pd == qp.pd) {
+                Some(ah) => ah.av(),
+                None => return Exec::Done(WcStatus::LocQpOpErr, 0),
+            }
+        };
+        if len > netdev::ib_mtu_bytes(netdev::IB_MTU_4096) as usize {
+            return Exec::Done(WcStatus::LocLenErr, 0);
+        }
+        let qkey = if w.remote_qkey & 0x8000_0000 != 0 {
+            qp.qkey.load(Acquire)
+        } else {
+            w.remote_qkey
+        };
+        msg.ud = Some(Ud {
+            qkey,
+            sgid: av.sgid,
+            dgid: av.dgid,
+            hop_limit: av.hop_limit,
+            tclass: av.tclass,
+        });
+        if Gid(av.dgid).is_multicast() {
+            return Exec::Done(multicast(qp, &msg, w.remote_qpn, a.path_mtu), 0);
+        }
+        let dest = Device::with_gid_owner(&av.dgid, |dev| dev.tables.qps.get(w.remote_qpn))
+            .flatten()
+            .filter(|p| p.qp_type.is_ud());
+        match dest {
+            Some(d) => d,
+            // Nobody listens there: a datagram is simply lost.
+            None => return Exec::Done(WcStatus::Success, 0),
+        }
+    } else {
+        match peer {
+            Some(p) => p.clone(),
+            None => return Exec::NoAnswer,
+        }
+    };
+    let reply = deliver(&dest, &msg);
+    if let Reply::Ack(_) = reply {
+        account(qp, &dest, op, len, netdev::ib_mtu_bytes(a.path_mtu));
+    }
+    match reply {
+        Reply::Ack(orig) => {
+            let byte_len = if op.is_atomic() {
+                if transfer(segs, 0, Src::Inline(&orig.to_ne_bytes()), 8).is_err() {
+                    return Exec::Done(WcStatus::LocProtErr, 0);
+                }
+                8
+            } else {
+                len as u32
+            };
+            Exec::Done(WcStatus::Success, byte_len)
+        }
+        Reply::Nak(Nak::InvReq) => Exec::Done(WcStatus::RemInvReqErr, 0),
+        Reply::Nak(Nak::Access) => Exec::Done(WcStatus::RemAccessErr, 0),
+        Reply::Nak(Nak::Op) => Exec::Done(WcStatus::RemOpErr, 0),
+        Reply::Rnr(t) => Exec::Rnr(t),
+        Reply::Drop if qp.qp_type.is_ud() => Exec::Done(WcStatus::Success, 0),
+        Reply::Drop => Exec::NoAnswer,
+    }
+}
+
+/// Delivers a datagram sent to a multicast group to every QP attached to it on the host;
+/// returns the send's completion status. (Multicast allocates its list of receivers: it is not
+/// the fast path.)
+fn multicast(qp: &QpShared, msg: &Message<'_>, qpn: u32, path_mtu: u32) -> WcStatus {
+    let Some(mgid) = msg.ud.map(|u| u.dgid) else {
+        return WcStatus::LocQpOpErr;
+    };
+    if qpn != mcast::MULTICAST_QPN {
+        // A group has no QP numbers: the datagram reaches nobody.
+        return WcStatus::Success;
+    }
+    let mut dests = KVec::new();
+    let mut ok = true;
+    Device::for_each(|dev| {
+        let mut qpns = KVec::new();
+        ok &= dev.tables.groups.attached(&mgid, &mut qpns).is_ok();
+        for n in qpns {
+            if let Some(d) = dev.tables.qps.get(n) {
+                ok &= dests.push(d, GFP_KERNEL).is_ok();
+            }
+        }
+    });
+    if !ok {
+        return WcStatus::LocQpOpErr;
+    }
+    for d in &dests {
+        if let Reply::Ack(_) = deliver(d, msg) {
+            account(qp, d, msg.opcode, msg.len, netdev::ib_mtu_bytes(path_mtu));
+        }
+    }
+    WcStatus::Success
+}
+
+/// Counts a message that `qp` completed with `dst` on both devices.
+fn account(qp: &QpShared, dst: &QpShared, op: WrOpcode, len: usize, mtu: u32) {
+    let (req, resp) = (&qp.tables.stats, &dst.tables.stats);
+    if !op.is_send() {
+        req.inc(Counter::RdmaSends);
+        resp.inc(Counter::RdmaRecvs);
+    }
+    // Reads and atomics carry their data in the responses.
+    let (fwd, back) = match op {
+        WrOpcode::RdmaRead => (0, len),
+        _ if op.is_atomic() => (0, 8),
+        _ => (len, 0),
+    };
+    req.add(Counter::SentPkts, packets(fwd, mtu));
+    req.add(Counter::SentBytes, fwd as u64);
+    resp.add(Counter::RcvdPkts, packets(fwd, mtu));
+    resp.add(Counter::RcvdBytes, fwd as u64);
+    if back > 0 {
+        resp.add(Counter::SentPkts, packets(back, mtu));
+        resp.add(Counter::SentBytes, back as u64);
+        req.add(Counter::RcvdPkts, packets(back, mtu));
+        req.add(Counter::RcvdBytes, back as u64);
+    }
+}

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The responder (rxe's `rxe_resp.c`): checks a message against the receiving QP, executes
+//! it on the QP's memory and receive queue, completes receives, and answers with an ACK, a NAK
+//! or an RNR NAK.
+
+use super::{
+    packet::grh,
+    xfer::{resolve, transfer, Seg, Src},
+    Message, Nak, Reply, GRH_LEN,
+};
+use crate::{
+    ib::{
+        abi::Wc,
+        verbs::{access, wc_flags, wc_opcode, Event, QpState, WcStatus, WrOpcode},
+    },
+    mr::MrShared,
+    qp::{QpShared, RecvSide},
+    stats::Counter,
+};
+use kernel::{
+    prelude::*,
+    sync::{atomic::Acquire, Arc},
+};
+
+/// Executes `m` at the responder QP `dst` and returns its answer.
+pub(super) fn receive(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
+    let mut rq = dst.rq.lock();
+    if !dst.can_receive() {
+        return Reply::Drop;
+    }
+    if let Some(ud) = &m.ud {
+        if ud.qkey != dst.qkey.load(Acquire) {
+            return Reply::Drop;
+        }
+    }
+    if !rq.established {
+        rq.established = true;
+        if dst.state() == QpState::Rtr {
+            dst.events.event(Event::CommEst);
+        }
+    }
+    let r = match m.opcode {
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => send(dst, &mut rq, m),
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => write(dst, &mut rq, m),
+        WrOpcode::RdmaRead => read(dst, m),
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => atomic(dst, m),
+        // Window operations never leave the requester.
+        WrOpcode::LocalInv | WrOpcode::BindMw => Reply::Nak(Nak::InvReq),
+    };
+    rq.segs.clear();
+    drop(rq);
+    match r {
+        Reply::Nak(_) => dst.tables.stats.inc(Counter::RcvdErr),
+        Reply::Rnr(_) => dst.tables.stats.inc(Counter::SendRnrErr),
+        _ => {}
+    }
+    match r {
+        Reply::Nak(Nak::Access) => dst.fail(Some(Event::QpAccessErr)),
+        Reply::Nak(Nak::InvReq) => dst.fail(Some(Event::QpReqErr)),
+        Reply::Nak(Nak::Op) => dst.fail(Some(Event::QpFatal)),
+        _ => {}
+    }
+    r
+}
+
+/// Takes a receive WQE for a message into `rq.slot`, or says what to answer when there is
+/// none.
+fn take_recv(dst: &QpShared, rq: &mut RecvSide) -> Result<(), Reply> {
+    if dst.pop_recv(rq) {
+        return Ok(());
+    }
+    Err(if dst.qp_type.is_ud() {
+        Reply::Drop
+    } else {
+        Reply::Rnr(dst.min_rnr_timer.load(Acquire) as u8)
+    })
+}
+
+fn recv_wc(dst: &QpShared, m: &Message<'_>, wr_id: u64, status: WcStatus) -> Wc {
+    Wc {
+        wr_id,
+        status,
+        opcode: wc_opcode::RECV,
+        qp_num: dst.qpn,
+        src_qp: m.src_qpn,
+        port_num: 1,
+        ..Default::default()
+    }
+}
+
+/// Completes the receive WQE in `rq.slot` with an error.
+fn recv_err(dst: &QpShared, m: &Message<'_>, wr_id: u64, status: WcStatus) {
+    dst.rcq
+        .post(&recv_wc(dst, m, wr_id, status), false, &dst.events);
+}
+
+fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
+    if let Err(r) = take_recv(dst, rq) {
+        return r;
+    }
+    let RecvSide { slot, segs, .. } = rq;
+    segs.clear();
+    let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs) {
+        Ok(n) => n,
+        Err(_) => {
+            recv_err(dst, m, slot.wr_id, WcStatus::LocProtErr);
+            return Reply::Nak(Nak::Op);
+        }
+    };
+    let skip = if m.ud.is_some() { GRH_LEN } else { 0 };
+    if m.len + skip > room {
+        recv_err(dst, m, slot.wr_id, WcStatus::LocLenErr);
+        return if m.ud.is_some() {
+            Reply::Drop
+        } else {
+            Reply::Nak(Nak::InvReq)
+        };
+    }
+    let mut flags = 0;
+    if let Some(ud) = &m.ud {
+        let h = grh(&ud.sgid, &ud.dgid, m.len as u32, ud.hop_limit, ud.tclass);
+        if transfer(segs, 0, Src::Inline(&h), GRH_LEN).is_err() {
+            return Reply::Nak(Nak::Op);
+        }
+        flags |= wc_flags::GRH;
+    }
+    if transfer(segs, skip, m.data, m.len).is_err() {
+        return Reply::Nak(Nak::Op);
+    }
+    let mut wc = recv_wc(dst, m, slot.wr_id, WcStatus::Success);
+    wc.byte_len = (m.len + skip) as u32;
+    if m.opcode == WrOpcode::SendWithImm {
+        flags |= wc_flags::WITH_IMM;
+        wc.imm_data = m.imm;
+    }
+    if m.opcode == WrOpcode::SendWithInv {
+        // The key travels where immediate data would; the window must be bound to this QP.
+        if dst.tables.invalidate(m.imm, Some(dst)).is_err() {
+            recv_err(dst, m, slot.wr_id, WcStatus::RemInvReqErr);
+            return Reply::Nak(Nak::InvReq);
+        }
+        flags |= wc_flags::WITH_INVALIDATE;
+        wc.imm_data = m.imm;
+    }
+    wc.wc_flags = flags;
+    dst.rcq.post(&wc, m.solicited, &dst.events);
+    Reply::Ack(0)
+}
+
+/// The responder's MR for an RDMA or atomic access, or the NAK to send.
+fn remote_mr(
+    dst: &QpShared,
+    m: &Message<'_>,
+    len: usize,
+    right: u32,
+) -> Result<(Arc<MrShared>, usize), Reply> {
+    if dst.access.load(Acquire) & right == 0 {
+        return Err(Reply::Nak(Nak::Access));
+    }
+    // An MR's key or a window's.
+    let (mr, off) = dst
+        .tables
+        .remote(dst, m.rkey, m.remote_addr, len as u64, right)
+        .map_err(|_| Reply::Nak(Nak::Access))?;
+    // ODP: pages that cannot be faulted in (a hole, read-only memory) deny the access.
+    mr.touch(off, len, right != access::REMOTE_READ)
+        .map_err(|_| Reply::Nak(Nak::Access))?;
+    Ok((mr, off))
+}
+
+fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
+    let target = if m.len > 0 {
+        match remote_mr(dst, m, m.len, access::REMOTE_WRITE) {
+            Ok(t) => Some(t),
+            Err(r) => return r,
+        }
+    } else if dst.access.load(Acquire) & access::REMOTE_WRITE == 0 {
+        return Reply::Nak(Nak::Access);
+    } else {
+        None
+    };
+    let imm = m.opcode == WrOpcode::RdmaWriteWithImm;
+    if imm {
+        if let Err(r) = take_recv(dst, rq) {
+            return r;
+        }
+    }
+    if let Some((mr, off)) = target {
+        let seg = [Seg {
+            mr,
+            off,
+            len: m.len,
+        }];
+        if transfer(&seg, 0, m.data, m.len).is_err() {
+            return Reply::Nak(Nak::Op);
+        }
+    }
+    if imm {
+        let mut wc = recv_wc(dst, m, rq.slot.wr_id, WcStatus::Success);
+        wc.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
+        wc.byte_len = m.len as u32;
+        wc.wc_flags = wc_flags::WITH_IMM;
+        wc.imm_data = m.imm;
+        dst.rcq.post(&wc, m.solicited, &dst.events);
+    }
+    Reply::Ack(0)
+}
+
+fn read(dst: &QpShared, m: &Message<'_>) -> Reply {
+    if dst.max_dest_rd_atomic.load(Acquire) == 0 {
+        return Reply::Nak(Nak::InvReq);
+    }
+    if m.len == 0 {
+        return Reply::Ack(0);
+    }
+    let (mr, off) = match remote_mr(dst, m, m.len, access::REMOTE_READ) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let seg = [Seg {
+        mr,
+        off,
+        len: m.len,
+    }];
+    if transfer(m.read_into, 0, Src::Segs(&seg), m.len).is_err() {
+        return Reply::Nak(Nak::Op);
+    }
+    Reply::Ack(0)
+}
+
+fn atomic(dst: &QpShared, m: &Message<'_>) -> Reply {
+    let Some(op) = m.atomic else {
+        return Reply::Nak(Nak::InvReq);
+    };
+    if dst.max_dest_rd_atomic.load(Acquire) == 0 || m.remote_addr % 8 != 0 {
+        return Reply::Nak(Nak::InvReq);
+    }
+    let (mr, off) = match remote_mr(dst, m, 8, access::REMOTE_ATOMIC) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    match mr.atomic(off, op) {
+        Ok(orig) => Reply::Ack(orig),
+        Err(_) => Reply::Nak(Nak::InvReq),
+    }
+}

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Data movement for the engine (the copy loops of rxe's `rxe_mr.c`): scatter/gather lists
+//! resolved against a QP's keys, and copies between them.
+
+use super::MAX_MSG;
+use crate::{
+    ib::{abi::Sge, verbs::access},
+    mr::{Fault, MrShared},
+    qp::QpShared,
+};
+use kernel::{prelude::*, sync::Arc};
+
+/// Per-QP scratch space the requester reuses for every WQE, so the data path does not
+/// allocate.
+pub(crate) struct Scratch {
+    pub(super) sges: KVec<Sge>,
+    pub(super) segs: KVec<Seg>,
+}
+
+impl Scratch {
+    /// Room for `max_sge` entries.
+    pub(crate) fn new(max_sge: u32) -> Result<Self> {
+        Ok(Self {
+            sges: KVec::with_capacity(max_sge as usize, GFP_KERNEL)?,
+            segs: KVec::with_capacity(max_sge as usize, GFP_KERNEL)?,
+        })
+    }
+
+    /// Drops the MR references of the last WQE: a deregistered MR's pages (and its device
+    /// reference) must not outlive it in a scratch list.
+    pub(super) fn clear(&mut self) {
+        self.sges.clear();
+        self.segs.clear();
+    }
+}
+
+/// A registered memory range taking part in a transfer.
+pub(crate) struct Seg {
+    pub(super) mr: Arc<MrShared>,
+    pub(super) off: usize,
+    pub(super) len: usize,
+}
+
+/// Where message data comes from.
+#[derive(Clone, Copy)]
+pub(crate) enum Src<'a> {
+    /// Inline data from the WQE.
+    Inline(&'a [u8]),
+    /// Registered memory.
+    Segs(&'a [Seg]),
+}
+
+/// Resolves scatter/gather entries against `qp`'s keys with rights `need`; returns the total
+/// length.
+pub(super) fn resolve(
+    qp: &QpShared,
+    sges: &[Sge],
+    need: u32,
+    out: &mut KVec<Seg>,
+) -> Result<usize, Fault> {
+    let mut total: u64 = 0;
+    for s in sges.iter().filter(|s| s.length > 0) {
+        let mr = qp.tables.mr(s.lkey).ok_or(Fault::Key)?;
+        let off = mr.check(qp.pd, s.addr, s.length.into(), need)?;
+        // ODP: the pages must exist (a hole or read-only memory is a local protection error).
+        mr.touch(off, s.length as usize, need & access::LOCAL_WRITE != 0)
+            .map_err(|_| Fault::Range)?;
+        total += u64::from(s.length);
+        out.push(
+            Seg {
+                mr,
+                off,
+                len: s.length as usize,
+            },
+            GFP_KERNEL,
+        )
+        .map_err(|_| Fault::Range)?;
+    }
+    if total > MAX_MSG {
+        return Err(Fault::Range);
+    }
+    Ok(total as usize)
+}
+
+/// Copies `len` bytes of `src` into `dst`, starting `skip` bytes into `dst`.
+pub(super) fn transfer(dst: &[Seg], skip: usize, src: Src<'_>, len: usize) -> Result {
+    let mut di = 0;
+    let mut dpos = skip;
+    // Find the destination segment that holds byte `skip`.
+    while di < dst.len() && dpos >= dst[di].len {
+        dpos -= dst[di].len;
+        di += 1;
+    }
+    let mut done = 0;
+    let (mut si, mut spos) = (0usize, 0usize);
+    while done < len {
+        let d = dst.get(di).ok_or(EFAULT)?;
+        let room = d.len - dpos;
+        let n = match src {
+            Src::Inline(b) => {
+                let n = room.min(len - done);
+                d.mr.write(d.off + dpos, b.get(done..done + n).ok_or(EFAULT)?)?;
+                n
+            }
+            Src::Segs(ss) => {
+                let s = ss.get(si).ok_or(EFAULT)?;
+                let n = room.min(s.len - spos).min(len - done);
+                d.mr.copy_from(d.off + dpos, &s.mr, s.off + spos, n)?;
+                spos += n;
+                if spos == s.len {
+                    si += 1;
+                    spos = 0;
+                }
+                n
+            }
+        };
+        done += n;
+        dpos += n;
+        if dpos == d.len {
+            di += 1;
+            dpos = 0;
+        }
+    }
+    Ok(())
+}
