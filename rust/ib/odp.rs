@@ -32,14 +32,20 @@ pub(crate) trait Notifier: Send + Sync + Sized {
 
     /// The MM is taking pages `pages` (indices into the umem's table, not empty) away.
     ///
-    /// Called with the mutex held from a blockable context (the trampoline refuses
-    /// non-blockable ranges, as a mutex cannot be taken there, and the MM retries them
-    /// blockable). After it returns the binding clears the range's table entries, which are
+    /// Called with the mutex held from a blockable context: the trampoline refuses a
+    /// non-blockable range (the OOM reaper's), as the mutex cannot be taken there, and the MM
+    /// backs off as `mmu_interval_notifier_ops` allows. After it returns the binding clears the range's table entries, which are
     /// still readable here (to dirty written pages), and unmaps them from the umem.
     fn invalidate(l: &mut Locked<'_, Self>, pages: Range<usize>);
 }
 
 /// What `ib_umem_odp::private` points to.
+///
+/// # Invariants
+///
+/// A nonzero `table` entry is the hmm pfn of a page a successful fault validated, with
+/// `HMM_PFN_VALID` set, and no invalidation has covered the page since: the trampoline clears
+/// covered entries under the mutex, before the MM may free the pages.
 struct Private<T: Notifier> {
     /// Per page, an hmm pfn the device may use, or 0; under the umem's mutex.
     table: UnsafeCell<KVVec<u64>>,
@@ -100,9 +106,9 @@ impl<'a, T: Notifier> Locked<'a, T> {
     pub(crate) fn page_if(&self, idx: usize, need: u64) -> Option<PageRef<'_>> {
         let need = need | PFN_VALID;
         let pfn = self.entry(idx).filter(|pfn| pfn & need == need)?;
-        // SAFETY: A valid entry names a page that a successful fault validated; the
-        // trampoline clears the entry under the mutex this guard holds before the MM may free
-        // the page (`Private`'s table), so the page outlives the borrow of `self`.
+        // SAFETY: A nonzero entry names a page no invalidation has covered since its fault
+        // (invariant of `Private`); an invalidation needs the mutex this guard holds, so the
+        // page outlives the borrow of `self`.
         let page = NonNull::new(unsafe { bindings::hmm_pfn_to_page(pfn) })?;
         // SAFETY: See above.
         Some(unsafe { PageRef::new(page) })
@@ -124,6 +130,7 @@ impl<'a, T: Notifier> Locked<'a, T> {
     /// returns it, or `None` (the entry unchanged).
     pub(crate) fn install(&mut self, idx: usize) -> Option<u64> {
         let pfn = self.pfn(idx).filter(|pfn| pfn & PFN_VALID != 0)?;
+        // INVARIANT: Validated by the fault this guard comes from, under the same hold.
         self.table_mut()[idx] = pfn;
         Some(pfn)
     }
