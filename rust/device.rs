@@ -13,7 +13,6 @@ use crate::{
         hw_stats::StatDesc,
         link::{self, Link},
         netdev::ib_mtu_for,
-        odp::OdpCounters,
         udata::Udata,
         verbs::{
             device_cap, Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr,
@@ -25,6 +24,7 @@ use crate::{
     mcast,
     mr::{self, MrShared},
     mw::{self, MwShared},
+    odp::OdpCounters,
     pd,
     qp::{self, QpShared},
     srq,

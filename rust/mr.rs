@@ -10,11 +10,12 @@ use crate::{
     device::{Device, Pd, Tables},
     ib::{
         kmem,
-        odp::{CounterSets, Odp, OdpCounters, OdpUmem},
-        umem::{copy_pages, AtomicOp, Umem},
+        umem::{AtomicOp, Umem},
         verbs::{access, rereg},
     },
     limit::Token,
+    mem::{copy_pages, Pages},
+    odp::{CounterSets, Odp, OdpCounters, OdpUmem},
 };
 use kernel::{
     impl_has_work, new_mutex, new_work,

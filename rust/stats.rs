@@ -6,7 +6,10 @@
 //! rodp moves whole messages between local QPs; packet counts are what RoCE would carry for
 //! the same messages: one per path MTU of payload, at least one per message.
 
-use crate::ib::{self, hw_stats::StatDesc, odp::OdpCounters};
+use crate::{
+    ib::{self, hw_stats::StatDesc},
+    odp::OdpCounters,
+};
 use kernel::{
     debugfs::Scope,
     prelude::*,

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! User memory the device accesses (`include/rdma/ib_umem.h`): pinned registrations and the
-//! byte-level copies and atomics the engine performs on them.
+//! Pinned user memory (`include/rdma/ib_umem.h`) and page access (`include/linux/highmem.h`):
+//! `ib_umem` registrations, their pages as a [`PageList`], a page handle ([`PageRef`]) that is
+//! kmapped through a guard ([`Mapped`]), and 64-bit atomics on a mapped page.
 //!
-//! The engine never sees a page pointer: it names memory as a [`PageList`] and a byte offset.
+//! No page pointer leaves this module: the copy engine above it (`crate::mem`) names memory by
+//! [`PageRef`] and byte offset.
 
 use super::device::{Device, Driver};
 use crate::bindings;
-use core::ptr::NonNull;
+use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{
     alloc::KVVec,
     page::{PAGE_MASK, PAGE_SIZE},
@@ -31,6 +33,25 @@ unsafe impl Send for PageList {}
 // SAFETY: As above; all access goes through kmap and copies.
 unsafe impl Sync for PageList {}
 
+impl PageList {
+    /// Bytes in the list.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The page holding byte `off`, the offset in it, and how many bytes from there the page
+    /// and the list both still hold; `EFAULT` past the end.
+    pub(crate) fn page(&self, off: usize) -> Result<(PageRef<'_>, usize, usize)> {
+        let left = self.len.checked_sub(off).filter(|&l| l > 0).ok_or(EFAULT)?;
+        let abs = self.offset + off;
+        let po = abs % PAGE_SIZE;
+        // SAFETY: The list's pages stay pinned while it exists (type invariant), which the
+        // returned handle's borrow of `self` covers.
+        let page = unsafe { PageRef::new(self.pages[abs / PAGE_SIZE]) };
+        Ok((page, po, (PAGE_SIZE - po).min(left)))
+    }
+}
+
 /// A 64-bit atomic operation on device-visible memory.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum AtomicOp {
@@ -40,22 +61,66 @@ pub(crate) enum AtomicOp {
     FetchAdd(u64),
 }
 
-/// A page mapped into the kernel for the duration of a borrow.
-pub(super) struct Mapped(NonNull<u8>);
+/// A page of memory the device may access (`struct page`), kept allocated for `'a` by its
+/// owner: a pinned umem, or an ODP umem whose mutex is held.
+///
+/// # Invariants
+///
+/// `page` is a live page for the whole of `'a`.
+#[derive(Clone, Copy)]
+pub(crate) struct PageRef<'a> {
+    page: NonNull<bindings::page>,
+    _owner: PhantomData<&'a bindings::page>,
+}
 
-impl Mapped {
-    pub(super) fn new(page: NonNull<bindings::page>) -> Self {
-        // SAFETY: The page is pinned (invariant of the list it came from); `kmap_local_page`
-        // never fails.
-        let p = unsafe { bindings::kmap_local_page(page.as_ptr()) }.cast::<u8>();
-        // SAFETY: A mapping is never NULL.
-        Self(unsafe { NonNull::new_unchecked(p) })
+impl<'a> PageRef<'a> {
+    /// Wraps `page`.
+    ///
+    /// # Safety
+    ///
+    /// `page` stays allocated for `'a`.
+    pub(super) unsafe fn new(page: NonNull<bindings::page>) -> Self {
+        // INVARIANT: Per the safety requirements.
+        Self {
+            page,
+            _owner: PhantomData,
+        }
+    }
+
+    /// Runs `f` with the page mapped into the kernel (`kmap_local_page`); nested calls unmap
+    /// in reverse order, as `kunmap_local` requires.
+    pub(crate) fn map<R>(self, f: impl FnOnce(&Mapped<'_>) -> R) -> R {
+        f(&Mapped::new(self))
+    }
+
+    /// Marks the page (its compound head) dirty: the device may have written it.
+    pub(crate) fn set_dirty(self) {
+        // SAFETY: The page is live (type invariant).
+        unsafe { bindings::set_page_dirty_head(self.page.as_ptr()) };
     }
 }
 
-impl Mapped {
+/// A page mapped into the kernel, unmapped on drop (`kmap_local_page` / `kunmap_local`).
+///
+/// Only [`PageRef::map`] makes one, and lends it for the length of a call, so mappings nest.
+///
+/// # Invariants
+///
+/// `0` is the start of a mapping of a whole page that stays allocated for `'a`.
+pub(crate) struct Mapped<'a>(NonNull<u8>, PhantomData<&'a bindings::page>);
+
+impl<'a> Mapped<'a> {
+    fn new(page: PageRef<'a>) -> Self {
+        // SAFETY: The page is live for `'a` (invariant of `PageRef`); `kmap_local_page` never
+        // fails.
+        let p = unsafe { bindings::kmap_local_page(page.page.as_ptr()) }.cast::<u8>();
+        // INVARIANT: A mapping of the page, which outlives `self`.
+        // SAFETY: A mapping is never NULL.
+        Self(unsafe { NonNull::new_unchecked(p) }, PhantomData)
+    }
+
     /// Copies `out.len()` bytes at `po` into `out`; `po + out.len()` must not pass the page.
-    pub(super) fn read(&self, po: usize, out: &mut [u8]) {
+    pub(crate) fn read(&self, po: usize, out: &mut [u8]) {
         assert!(po + out.len() <= PAGE_SIZE);
         // SAFETY: The mapping covers the page and the range stays inside it (asserted); the
         // page may change under the copy (user memory): bytes only.
@@ -65,7 +130,7 @@ impl Mapped {
     }
 
     /// Copies `data` to `po`; `po + data.len()` must not pass the page.
-    pub(super) fn write(&self, po: usize, data: &[u8]) {
+    pub(crate) fn write(&self, po: usize, data: &[u8]) {
         assert!(po + data.len() <= PAGE_SIZE);
         // SAFETY: As in `read`, with the roles swapped.
         unsafe {
@@ -73,8 +138,17 @@ impl Mapped {
         };
     }
 
+    /// Copies `n` bytes from `src` at `spo` to `po`; neither range may pass its page. Source
+    /// and destination may be the same page (a loopback copy onto itself) and overlap.
+    pub(crate) fn copy_from(&self, po: usize, src: &Mapped<'_>, spo: usize, n: usize) {
+        assert!(po + n <= PAGE_SIZE && spo + n <= PAGE_SIZE);
+        // SAFETY: Both mappings cover their page and `n` stays inside both (asserted);
+        // `copy` allows overlap.
+        unsafe { core::ptr::copy(src.0.as_ptr().add(spo), self.0.as_ptr().add(po), n) };
+    }
+
     /// Performs `op` on the 64-bit word at `po` (8-byte aligned, inside the page).
-    pub(super) fn atomic(&self, po: usize, op: AtomicOp) -> Result<u64> {
+    pub(crate) fn atomic(&self, po: usize, op: AtomicOp) -> Result<u64> {
         if po % 8 != 0 || po + 8 > PAGE_SIZE {
             return Err(EINVAL);
         }
@@ -90,118 +164,11 @@ impl Mapped {
     }
 }
 
-impl Drop for Mapped {
+impl Drop for Mapped<'_> {
     fn drop(&mut self) {
-        // SAFETY: Unmaps what `new` mapped, in reverse order of mapping (callers nest them).
+        // SAFETY: Unmaps what `new` mapped; `PageRef::map` lends mappings only for a call, so
+        // they are unmapped in reverse order of mapping.
         unsafe { bindings::kunmap_local(self.0.as_ptr().cast()) };
-    }
-}
-
-/// Memory the engine copies between page by page: pinned pages, or an ODP range while its
-/// mutex is held.
-pub(crate) trait Pages {
-    /// The page holding byte `off` (writable when `write`), the offset in it, and how many
-    /// bytes from there the page and the memory both still hold.
-    fn page_at(&self, off: usize, write: bool) -> Result<(NonNull<bindings::page>, usize, usize)>;
-}
-
-impl Pages for PageList {
-    fn page_at(&self, off: usize, _write: bool) -> Result<(NonNull<bindings::page>, usize, usize)> {
-        let left = self.len.checked_sub(off).filter(|&l| l > 0).ok_or(EFAULT)?;
-        let (page, po) = self.locate(off);
-        Ok((page, po, (PAGE_SIZE - po).min(left)))
-    }
-}
-
-/// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, with no bounce
-/// buffer.
-pub(crate) fn copy_pages(
-    dst: &impl Pages,
-    mut doff: usize,
-    src: &impl Pages,
-    mut soff: usize,
-    len: usize,
-) -> Result {
-    let mut left = len;
-    while left > 0 {
-        let (dp, dpo, droom) = dst.page_at(doff, true)?;
-        let (sp, spo, sroom) = src.page_at(soff, false)?;
-        let n = droom.min(sroom).min(left);
-        let d = Mapped::new(dp);
-        let s = Mapped::new(sp);
-        // SAFETY: Both mappings cover their page and `n` stays inside both. Source and
-        // destination may be the same page (a loopback copy onto itself): `copy` allows
-        // overlap.
-        unsafe { core::ptr::copy(s.0.as_ptr().add(spo), d.0.as_ptr().add(dpo), n) };
-        drop(s);
-        drop(d);
-        left -= n;
-        doff += n;
-        soff += n;
-    }
-    Ok(())
-}
-
-impl PageList {
-    /// The page holding byte `off` and the offset in it; `off < len` is checked by callers.
-    fn locate(&self, off: usize) -> (NonNull<bindings::page>, usize) {
-        let abs = self.offset + off;
-        (self.pages[abs / PAGE_SIZE], abs % PAGE_SIZE)
-    }
-
-    fn check(&self, off: usize, len: usize) -> Result {
-        match off.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(EFAULT),
-        }
-    }
-
-    /// Copies `out.len()` bytes at `off` into `out`.
-    pub(crate) fn read(&self, mut off: usize, out: &mut [u8]) -> Result {
-        self.check(off, out.len())?;
-        let mut done = 0;
-        while done < out.len() {
-            let (page, po) = self.locate(off);
-            let n = (PAGE_SIZE - po).min(out.len() - done);
-            Mapped::new(page).read(po, &mut out[done..done + n]);
-            done += n;
-            off += n;
-        }
-        Ok(())
-    }
-
-    /// Copies `data` to `off`.
-    pub(crate) fn write(&self, mut off: usize, data: &[u8]) -> Result {
-        self.check(off, data.len())?;
-        let mut done = 0;
-        while done < data.len() {
-            let (page, po) = self.locate(off);
-            let n = (PAGE_SIZE - po).min(data.len() - done);
-            Mapped::new(page).write(po, &data[done..done + n]);
-            done += n;
-            off += n;
-        }
-        Ok(())
-    }
-
-    /// Copies `len` bytes from `src` at `src_off` to `self` at `off`, page to page.
-    pub(crate) fn copy_from(
-        &self,
-        off: usize,
-        src: &PageList,
-        src_off: usize,
-        len: usize,
-    ) -> Result {
-        self.check(off, len)?;
-        src.check(src_off, len)?;
-        copy_pages(self, off, src, src_off, len)
-    }
-
-    /// Performs `op` on the naturally aligned 64-bit word at `off`; returns its old value.
-    pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
-        self.check(off, 8)?;
-        let (page, po) = self.locate(off);
-        Mapped::new(page).atomic(po, op)
     }
 }
 

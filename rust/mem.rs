@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The page copy engine (the loops of rxe's `rxe_mr_copy` and `rxe_mr_do_atomic_op`): byte
+//! copies and 64-bit atomics over memory named page by page, pinned ([`PageList`]) or an ODP
+//! range whose mutex is held (`crate::odp`).
+//!
+//! The engine never sees a page: it names memory as [`Pages`] and a byte offset.
+
+use crate::ib::umem::{AtomicOp, PageList, PageRef};
+use kernel::prelude::*;
+
+/// Memory the engine copies between page by page: pinned pages, or an ODP range while its
+/// mutex is held.
+pub(crate) trait Pages {
+    /// The page holding byte `off` (writable when `write`), the offset in it, and how many
+    /// bytes from there the page and the memory both still hold.
+    fn page_at(&self, off: usize, write: bool) -> Result<(PageRef<'_>, usize, usize)>;
+
+    /// Checks before an access that `[off, off + len)` may be accessed (written when
+    /// `write`), so that a refused access changes nothing.
+    fn check(&self, off: usize, len: usize, write: bool) -> Result;
+
+    /// Copies `out.len()` bytes at `off` into `out`.
+    fn read(&self, mut off: usize, out: &mut [u8]) -> Result {
+        self.check(off, out.len(), false)?;
+        let mut done = 0;
+        while done < out.len() {
+            let (page, po, room) = self.page_at(off, false)?;
+            let n = room.min(out.len() - done);
+            page.map(|m| m.read(po, &mut out[done..done + n]));
+            done += n;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Copies `data` to `off`.
+    fn write(&self, mut off: usize, data: &[u8]) -> Result {
+        self.check(off, data.len(), true)?;
+        let mut done = 0;
+        while done < data.len() {
+            let (page, po, room) = self.page_at(off, true)?;
+            let n = room.min(data.len() - done);
+            page.map(|m| m.write(po, &data[done..done + n]));
+            done += n;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `off`, page to page.
+    fn copy_from(&self, off: usize, src: &impl Pages, src_off: usize, len: usize) -> Result {
+        self.check(off, len, true)?;
+        src.check(src_off, len, false)?;
+        copy_pages(self, off, src, src_off, len)
+    }
+
+    /// Performs `op` on the naturally aligned 64-bit word at `off`; returns its old value.
+    fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
+        self.check(off, 8, true)?;
+        let (page, po, room) = self.page_at(off, true)?;
+        if po % 8 != 0 || room < 8 {
+            return Err(EINVAL);
+        }
+        page.map(|m| m.atomic(po, op))
+    }
+}
+
+impl Pages for PageList {
+    fn page_at(&self, off: usize, _write: bool) -> Result<(PageRef<'_>, usize, usize)> {
+        self.page(off)
+    }
+
+    fn check(&self, off: usize, len: usize, _write: bool) -> Result {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(EFAULT),
+        }
+    }
+}
+
+/// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, with no bounce
+/// buffer.
+pub(crate) fn copy_pages(
+    dst: &(impl Pages + ?Sized),
+    mut doff: usize,
+    src: &(impl Pages + ?Sized),
+    mut soff: usize,
+    len: usize,
+) -> Result {
+    let mut left = len;
+    while left > 0 {
+        let (dp, dpo, droom) = dst.page_at(doff, true)?;
+        let (sp, spo, sroom) = src.page_at(soff, false)?;
+        let n = droom.min(sroom).min(left);
+        dp.map(|d| sp.map(|s| d.copy_from(dpo, s, spo, n)));
+        left -= n;
+        doff += n;
+        soff += n;
+    }
+    Ok(())
+}

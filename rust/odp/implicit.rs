@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Implicit ODP MRs (the role of mlx5's `odp.c` implicit MRs, `mlx5_ib_alloc_implicit_mr` and
+//! `free_implicit_child_mr_work`): `reg_mr(NULL, SIZE_MAX)` covers the whole address space.
+//!
+//! A parent umem from `ib_umem_odp_alloc_implicit`, and children of 1 GiB made on first touch
+//! by `ib_umem_odp_alloc_child`, kept in an XArray, reaped by deferred work once the kernel has
+//! invalidated all their pages, and all released with the parent.
+
+use super::{umem::OdpUmem, CounterSets};
+use crate::ib::{
+    device::{Device, Driver},
+    odp::ImplicitUmemOdp,
+    wq,
+};
+use kernel::{
+    impl_has_work, new_mutex, new_work,
+    prelude::*,
+    sync::{Arc, Mutex},
+    workqueue::{Work, WorkItem},
+    xarray::{AllocKind, XArray},
+};
+
+/// Address space each child of an implicit MR covers: 1 GiB (mlx5's `mlx5_imr_mtt_shift`).
+pub(crate) const CHILD_SHIFT: u32 = 30;
+const CHILD_SIZE: usize = 1 << CHILD_SHIFT;
+
+/// The children of an implicit MR, by 1 GiB slot.
+#[pin_data]
+pub(crate) struct Children {
+    /// Children by slot (address >> 30); lookups take only the XArray's lock.
+    #[pin]
+    slots: XArray<Arc<OdpUmem>>,
+    /// Occupied slots; every insertion and removal holds this lock, which makes the insert
+    /// race-safe (the loser of a race for a slot reuses the winner's child).
+    #[pin]
+    occupied: Mutex<KVec<usize>>,
+    /// Reaps children without pages; queued by the notifier callback.
+    #[pin]
+    work: Work<Children>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Children { self.work }
+}
+
+impl WorkItem for Children {
+    type Pointer = Arc<Children>;
+
+    fn run(this: Arc<Children>) {
+        this.reap(false);
+    }
+}
+
+impl Children {
+    fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                slots <- XArray::new(AllocKind::Alloc),
+                occupied <- new_mutex!(KVec::new()),
+                work <- new_work!("rodp::odp::Children::work"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Queues the reaper (on the module's workqueue, which module unload drains).
+    pub(super) fn schedule_reap(self: &Arc<Self>) {
+        // Already queued: that run will see this child too.
+        let _ = wq::get().enqueue(self.clone());
+    }
+
+    /// The child in `slot`, if any.
+    pub(super) fn get(&self, slot: usize) -> Option<Arc<OdpUmem>> {
+        self.slots.lock().get(slot).map(Arc::from)
+    }
+
+    /// The child in `slot`, made by `make` if there is none.
+    fn get_or_make(
+        &self,
+        slot: usize,
+        make: impl FnOnce() -> Result<OdpUmem>,
+    ) -> Result<Arc<OdpUmem>> {
+        if let Some(c) = self.get(slot) {
+            return Ok(c);
+        }
+        let new = Arc::new(make()?, GFP_KERNEL)?;
+        let mut occupied = self.occupied.lock();
+        if let Some(winner) = self.get(slot) {
+            drop(occupied);
+            // `new` is released here, outside the locks (the release may sleep).
+            return Ok(winner);
+        }
+        occupied.reserve(1, GFP_KERNEL)?;
+        self.slots.lock().store(slot, new.clone(), GFP_KERNEL)?;
+        occupied.push_within_capacity(slot).map_err(|_| ENOMEM)?;
+        Ok(new)
+    }
+
+    /// Removes the children without mapped pages, or all of them with `all`. A child an
+    /// access is using stays alive (on the access's reference) until the access ends.
+    fn reap(&self, all: bool) {
+        let mut occupied = self.occupied.lock();
+        occupied.retain(|slot| {
+            let keep = !all && self.get(*slot).is_some_and(|c| !c.idle());
+            if !keep {
+                // Released outside the XArray's lock; the occupied lock may sleep.
+                let child = self.slots.lock().remove(*slot);
+                drop(child);
+            }
+            keep
+        });
+    }
+
+    /// Number of children.
+    fn len(&self) -> usize {
+        self.occupied.lock().len()
+    }
+}
+
+/// The parent of an implicit MR: all of the process's address space.
+///
+/// The root is released after every child this object holds (a child an access or the reaper
+/// still uses holds its own references to the mm and the device).
+pub(crate) struct ImplicitOdp {
+    root: ImplicitUmemOdp,
+    pub(super) children: Arc<Children>,
+    counters: CounterSets,
+    writable: bool,
+}
+
+impl ImplicitOdp {
+    /// An implicit ODP registration for the calling process.
+    pub(super) fn new<T: Driver>(
+        dev: &Device<T>,
+        access: u32,
+        counters: CounterSets,
+    ) -> Result<Self> {
+        let children = Children::new()?;
+        Ok(Self {
+            root: ImplicitUmemOdp::alloc(dev, access)?,
+            children,
+            counters,
+            writable: super::writable(access),
+        })
+    }
+
+    /// First address past the process's user address space.
+    pub(super) fn va_end(&self) -> u64 {
+        self.root.va_end()
+    }
+
+    /// The child covering `slot`, made on first use.
+    pub(super) fn child(&self, slot: usize) -> Result<Arc<OdpUmem>> {
+        self.children.get_or_make(slot, || {
+            OdpUmem::child(
+                &self.root,
+                (slot << CHILD_SHIFT) as u64,
+                CHILD_SIZE,
+                self.writable,
+                self.counters.clone(),
+                self.children.clone(),
+            )
+        })
+    }
+
+    /// Number of children now.
+    pub(crate) fn children(&self) -> usize {
+        self.children.len()
+    }
+}
+
+impl Drop for ImplicitOdp {
+    fn drop(&mut self) {
+        // Before the root goes (a field, dropped after this).
+        self.children.reap(true);
+    }
+}
+
+/// Splits `[off, off + len)` at 1 GiB boundaries: `f(slot, offset in slot, position, length)`.
+pub(super) fn pieces(
+    mut off: usize,
+    len: usize,
+    mut f: impl FnMut(usize, usize, usize, usize) -> Result,
+) -> Result {
+    let end = off.checked_add(len).ok_or(EFAULT)?;
+    let mut pos = 0;
+    while off < end {
+        let coff = off % CHILD_SIZE;
+        let n = (CHILD_SIZE - coff).min(end - off);
+        f(off >> CHILD_SHIFT, coff, pos, n)?;
+        off += n;
+        pos += n;
+    }
+    Ok(())
+}
+
+#[kunit_tests(rodp_odp)]
+mod tests {
+    use super::*;
+
+    fn split(off: usize, len: usize) -> Result<KVec<(usize, usize, usize, usize)>> {
+        let mut v = KVec::new();
+        pieces(off, len, |s, o, p, n| Ok(v.push((s, o, p, n), GFP_KERNEL)?))?;
+        Ok(v)
+    }
+
+    #[test]
+    fn pieces_split_at_gib_boundaries() -> Result {
+        assert_eq!(&split(4096, 8192)?[..], &[(0, 4096, 0, 8192)]);
+        assert_eq!(
+            &split(CHILD_SIZE - 100, 300)?[..],
+            &[(0, CHILD_SIZE - 100, 0, 100), (1, 0, 100, 200)]
+        );
+        let three = split(5 * CHILD_SIZE - 1, 2 * CHILD_SIZE + 2)?;
+        assert_eq!(three.len(), 4);
+        assert_eq!(three[3], (7, 0, 2 * CHILD_SIZE + 1, 1));
+        assert!(split(0, 0)?.is_empty());
+        assert!(split(usize::MAX, 2).is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One ODP umem as rodp uses it (the role of mlx5's `pagefault_mr` and rxe's
+//! `rxe_odp_mr_copy`): faults in batches, retries an access that loses to an invalidation,
+//! copies while holding the umem's mutex (two umems' in address order), and counts.
+
+use super::{
+    implicit::Children,
+    mtt::{Mtt, State},
+    CounterSets, ATTEMPTS, FAULT_BATCH, HOLD,
+};
+use crate::{
+    ib::{
+        device::{Device, Driver},
+        odp::{ImplicitUmemOdp, Locked, UmemOdp},
+        umem::PageRef,
+    },
+    mem::{copy_pages, Pages},
+};
+use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
+
+/// An ODP registration of user memory: an explicit MR's, or one child of an implicit MR.
+pub(crate) struct OdpUmem {
+    umem: UmemOdp<State>,
+    /// Offset of the umem's first byte in its first page.
+    lead: usize,
+    /// Whether the pages may be mapped writable.
+    writable: bool,
+}
+
+impl OdpUmem {
+    /// Registers `len` bytes of the calling process's memory at `addr` for on-demand paging.
+    pub(crate) fn get<T: Driver>(
+        dev: &Device<T>,
+        addr: u64,
+        len: u64,
+        access: u32,
+        counters: CounterSets,
+    ) -> Result<Self> {
+        let len = usize::try_from(len).map_err(|_| EINVAL)?;
+        let state = State {
+            counters,
+            parent: None,
+        };
+        Ok(Self {
+            umem: UmemOdp::get(dev, addr, len, access, state, 0)?,
+            lead: addr as usize % PAGE_SIZE,
+            writable: super::writable(access),
+        })
+    }
+
+    /// The child of `root` over `len` bytes at `addr`, in `parent`'s children.
+    pub(super) fn child(
+        root: &ImplicitUmemOdp,
+        addr: u64,
+        len: usize,
+        writable: bool,
+        counters: CounterSets,
+        parent: Arc<Children>,
+    ) -> Result<Self> {
+        let state = State {
+            counters,
+            parent: Some(parent),
+        };
+        Ok(Self {
+            umem: root.alloc_child(addr, len, state, 0)?,
+            lead: addr as usize % PAGE_SIZE,
+            writable,
+        })
+    }
+
+    fn lock(&self) -> Locked<'_, State> {
+        self.umem.lock()
+    }
+
+    /// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, holding both
+    /// umems' mutexes (taken in address order; one when they are the same umem) for at most
+    /// 64 KiB at a time; faults missing pages in and retries when an invalidation wins.
+    pub(crate) fn copy(
+        dst: &OdpUmem,
+        doff: usize,
+        src: &OdpUmem,
+        soff: usize,
+        len: usize,
+    ) -> Result {
+        if !dst.writable {
+            return Err(EFAULT);
+        }
+        let mut pos = 0;
+        while pos < len {
+            let n = (len - pos).min(HOLD);
+            let (dpages, spages) = (dst.span(doff + pos, n), src.span(soff + pos, n));
+            let mut attempt = 0;
+            loop {
+                // Whether each side misses pages; copied when neither does.
+                let missing = |d: &Locked<'_, State>, s: &Locked<'_, State>| {
+                    (
+                        d.missing(dpages.clone(), true) > 0,
+                        s.missing(spages.clone(), false) > 0,
+                    )
+                };
+                let (dmiss, smiss) = if core::ptr::eq(dst, src) {
+                    let l = dst.lock();
+                    let m = missing(&l, &l);
+                    if m == (false, false) {
+                        let v = OdpView {
+                            odp: dst,
+                            l,
+                            write: true,
+                        };
+                        copy_pages(&v, doff + pos, &v, soff + pos, n)?;
+                    }
+                    m
+                } else {
+                    let dst_first = dst.umem.key() < src.umem.key();
+                    let (a, b) = if dst_first { (dst, src) } else { (src, dst) };
+                    let la = a.lock();
+                    let lb = b.umem.lock_nested();
+                    let (ld, ls) = if dst_first { (la, lb) } else { (lb, la) };
+                    let m = missing(&ld, &ls);
+                    if m == (false, false) {
+                        let d = OdpView {
+                            odp: dst,
+                            l: ld,
+                            write: true,
+                        };
+                        let s = OdpView {
+                            odp: src,
+                            l: ls,
+                            write: false,
+                        };
+                        copy_pages(&d, doff + pos, &s, soff + pos, n)?;
+                    }
+                    m
+                };
+                if (dmiss, smiss) == (false, false) {
+                    break;
+                }
+                attempt += 1;
+                if attempt > 1 {
+                    dst.counters().add(|c| &c.contentions, 1);
+                }
+                if attempt > ATTEMPTS {
+                    return Err(EAGAIN);
+                }
+                if dmiss {
+                    dst.fault_in(doff + pos, n, true)?;
+                }
+                if smiss {
+                    src.fault_in(soff + pos, n, false)?;
+                }
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> &CounterSets {
+        &self.umem.data().counters
+    }
+
+    /// The user address of byte `off` of the registration.
+    fn va(&self, off: usize) -> u64 {
+        self.umem.address() + off as u64
+    }
+
+    /// MTT index and in-page offset of byte `off`.
+    fn locate(&self, off: usize) -> (usize, usize) {
+        let abs = self.lead + off;
+        (abs / PAGE_SIZE, abs % PAGE_SIZE)
+    }
+
+    /// MTT indices of the pages under `[off, off + len)`.
+    fn span(&self, off: usize, len: usize) -> core::ops::Range<usize> {
+        if len == 0 {
+            return 0..0;
+        }
+        self.locate(off).0..self.locate(off + len - 1).0 + 1
+    }
+
+    /// Whether no page is mapped.
+    pub(super) fn idle(&self) -> bool {
+        let mut l = self.lock();
+        *l.locked() == 0
+    }
+
+    /// Maps `[off, off + len)` (writable when `write`) in batches of at most 2 MiB, then runs
+    /// `f` with the mutex held and every page of the range present; retries when an
+    /// invalidation wins the race.
+    pub(crate) fn with_pages<R>(
+        &self,
+        off: usize,
+        len: usize,
+        write: bool,
+        f: impl FnOnce(&OdpView<'_>) -> Result<R>,
+    ) -> Result<R> {
+        if write && !self.writable {
+            return Err(EFAULT);
+        }
+        let pages = self.span(off, len);
+        for attempt in 0..ATTEMPTS {
+            let l = self.lock();
+            if l.missing(pages.clone(), write) == 0 {
+                return f(&OdpView {
+                    odp: self,
+                    l,
+                    write,
+                });
+            }
+            drop(l);
+            if attempt > 0 {
+                self.counters().add(|c| &c.contentions, 1);
+            }
+            self.fault_in(off, len, write)?;
+        }
+        Err(EAGAIN)
+    }
+
+    /// Faults `[off, off + len)` in; a fault that lost to invalidations throughout is left to
+    /// the caller's next attempt.
+    fn fault_in(&self, off: usize, len: usize, write: bool) -> Result {
+        match self.map(off, len, write, true) {
+            Err(e) if e == EBUSY => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    /// Runs `f(view, offset, length)` over `[off, off + len)` in pieces of at most 64 KiB, each
+    /// with the mutex held and its pages present (see `with_pages`).
+    pub(crate) fn with_chunks(
+        &self,
+        off: usize,
+        len: usize,
+        write: bool,
+        mut f: impl FnMut(&OdpView<'_>, usize, usize) -> Result,
+    ) -> Result {
+        let mut pos = 0;
+        while pos < len {
+            let n = (len - pos).min(HOLD);
+            self.with_pages(off + pos, n, write, |v| f(v, off + pos, n))?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Maps `[off, off + len)` into the MTT: with `fault`, faulting missing pages in (writable
+    /// when `write`), without, only the pages present. Returns the pages it made usable.
+    fn map(&self, off: usize, len: usize, write: bool, fault: bool) -> Result<usize> {
+        let mut done = 0;
+        let mut usable = 0;
+        while done < len {
+            let n = (len - done).min(FAULT_BATCH);
+            let mut l = match self
+                .umem
+                .map_dma_and_lock(self.va(off + done), n, write, fault)
+            {
+                Ok(l) => l,
+                // hmm's walk kept losing to invalidations until its timeout: a lost race.
+                Err(e) if e == EBUSY => return Err(EBUSY),
+                Err(_) => {
+                    self.counters().add(|c| &c.failed, 1);
+                    return Err(EFAULT);
+                }
+            };
+            usable += l.fill(self.span(off + done, n), write);
+            drop(l);
+            done += n;
+        }
+        if fault {
+            self.counters().add(|c| &c.faults, 1);
+            self.counters().add(|c| &c.fault_pages, usable as u64);
+        }
+        Ok(usable)
+    }
+
+    /// Prefetch: faults `[off, off + len)` in (writable when `write`), or with `!fault` maps
+    /// only the pages that are present; counts the range's pages mapped afterwards.
+    pub(super) fn prefetch(&self, off: usize, len: usize, write: bool, fault: bool) -> Result {
+        if fault {
+            self.with_pages(off, len, write, |_| Ok(()))?;
+        } else {
+            // Pages the MM keeps changing are simply not mapped ahead.
+            self.map(off, len, false, false)
+                .or_else(|e| if e == EBUSY { Ok(0) } else { Err(e) })?;
+        }
+        let pages = self.span(off, len);
+        let n = pages.len() - self.lock().missing(pages, false);
+        self.counters().add(|c| &c.prefetch_pages, n as u64);
+        Ok(())
+    }
+}
+
+impl Drop for OdpUmem {
+    fn drop(&mut self) {
+        // Counted and dirtied here; the binding then releases the umem.
+        let mut l = self.lock();
+        let n = l.pages();
+        l.clear(0..n);
+    }
+}
+
+/// The pages of an ODP range while its mutex is held: byte copies and atomics.
+pub(crate) struct OdpView<'a> {
+    odp: &'a OdpUmem,
+    l: Locked<'a, State>,
+    write: bool,
+}
+
+impl Pages for OdpView<'_> {
+    fn page_at(&self, off: usize, write: bool) -> Result<(PageRef<'_>, usize, usize)> {
+        if write && !self.write {
+            return Err(EFAULT);
+        }
+        let (idx, po) = self.odp.locate(off);
+        let page = self.l.page(idx, write).ok_or(EFAULT)?;
+        Ok((page, po, PAGE_SIZE - po))
+    }
+
+    fn check(&self, _off: usize, _len: usize, write: bool) -> Result {
+        if write && !self.write {
+            return Err(EFAULT);
+        }
+        Ok(())
+    }
+}
