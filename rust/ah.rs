@@ -4,8 +4,9 @@
 //! to user space (`ah_num`) is what the provider puts in each UD send WQE.
 
 use crate::{
-    device::{Device, Pd, Tables},
+    device::{Device, Pd},
     ib::{abi, udata::Udata, verbs::Route},
+    keys::Tables,
     limit::Token,
 };
 use kernel::{prelude::*, sync::Arc};

@@ -4,8 +4,7 @@
 //! `rxe_net.c` and the query verbs of `rxe_verbs.c`).
 
 use crate::{
-    ah::{self, AhShared},
-    cq,
+    ah, cq,
     ib::{
         self,
         device::{BoundDevice, NewDevice},
@@ -20,17 +19,11 @@ use crate::{
         },
         DeviceAttr, NetDev, PortAttr,
     },
+    keys::Tables,
     limit::Limit,
-    mcast,
-    mr::{self, MrShared},
-    mw::{self, MwShared},
+    mcast, mr, mw,
     odp::OdpCounters,
-    pd,
-    qp::{self, QpShared},
-    srq,
-    stats::{self, Stats},
-    table::Table,
-    ucontext,
+    pd, qp, srq, stats, ucontext,
 };
 use kernel::{
     prelude::*,
@@ -77,31 +70,6 @@ impl Drop for Alive {
     }
 }
 
-/// The numbered objects of a device the engine looks up: QPs by number, MRs by key, AHs by
-/// number. Shared with the objects (they outlive their ib_core structs while work is in flight).
-#[pin_data]
-pub(crate) struct Tables {
-    /// QPs by number.
-    #[pin]
-    pub(crate) qps: Table<QpShared>,
-    /// MRs by key index.
-    #[pin]
-    pub(crate) mrs: Table<MrShared>,
-    /// AHs by number.
-    #[pin]
-    pub(crate) ahs: Table<AhShared>,
-    /// Memory windows by key index.
-    #[pin]
-    pub(crate) mws: Table<MwShared>,
-    /// Multicast attachments.
-    #[pin]
-    pub(crate) groups: mcast::Groups,
-    /// The device's ODP totals.
-    pub(crate) odp: Arc<OdpCounters>,
-    /// The device's counters.
-    pub(crate) stats: Stats,
-}
-
 /// The driver data of one rodp device.
 pub(crate) struct Rodp {
     /// `sys_image_guid`, from the netdev's MAC address.
@@ -139,18 +107,7 @@ impl Rodp {
     fn new(name: &CStr, ndev: &NetDev, alive: Alive) -> Result<Self> {
         let odp = OdpCounters::new()?;
         let debugfs = stats::debugfs(name, odp.clone())?;
-        let tables = Arc::pin_init(
-            pin_init!(Tables {
-                qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
-                mrs <- Table::new(1, mr::MAX_MR),
-                ahs <- Table::new(1, ah::MAX_AH),
-                mws <- Table::new(mw::MIN_MW, mw::MAX_MW_INDEX),
-                groups <- mcast::Groups::new(),
-                odp,
-                stats: Stats::new(),
-            }),
-            GFP_KERNEL,
-        )?;
+        let tables = Arc::pin_init(Tables::new(odp), GFP_KERNEL)?;
         Ok(Self {
             guid_be: u64::from_ne_bytes(ndev.eui64()),
             pds: Limit::new(MAX_PD)?,

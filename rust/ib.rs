@@ -22,6 +22,7 @@ pub(crate) mod udata;
 pub(crate) mod umem;
 pub(crate) mod verbs;
 pub(crate) mod wq;
+pub(crate) mod xarray;
 
 pub(crate) use device::{Device, DeviceAttr, Driver, PortAttr};
 pub(crate) use netdev::NetDev;

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (rxe's `rxe_mr.c`): pinned user memory, the DMA MR of kernel PDs, keys,
-//! access checks, and the copies and atomics the engine performs on their memory.
+//! Memory regions (rxe's `rxe_mr.c`): pinned user memory, the DMA MR of kernel PDs, access
+//! checks, and the copies and atomics the engine performs on their memory.
 //!
-//! A key is `index << 8 | variant`: the index finds the MR in the device's table; the variant
-//! byte changes each time an index is reused, so a stale key does not reach a new MR.
+//! Keys, the tables and the lookups through keys are in `keys.rs`.
 
 use crate::{
-    device::{Device, Pd, Tables},
+    device::{Device, Pd},
     ib::{
         kmem,
         umem::{AtomicOp, Umem},
         verbs::{access, rereg},
     },
+    keys::{self, Tables},
     limit::Token,
     mem::{copy_pages, Pages},
     odp::{CounterSets, Odp, OdpCounters, OdpUmem},
@@ -27,9 +27,7 @@ use kernel::{
     workqueue::{Work, WorkItem},
 };
 
-/// Maximum number of MRs per device (key indices `1..=MAX_MR`; memory windows use the indices
-/// above).
-pub(crate) const MAX_MR: u32 = (1 << 23) - 1;
+pub(crate) use keys::MAX_MR;
 
 /// Largest MR in bytes.
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
@@ -45,9 +43,6 @@ const SUPPORTED: u32 = access::HUGETLB
 
 /// Bytes copied per step when ODP memory takes part (each step holds the umem's mutex).
 const ODP_CHUNK: usize = 1024;
-
-/// Variant bytes for new keys.
-static VARIANT: Atomic<u32> = Atomic::new(0);
 
 /// Why an access through a key failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,14 +194,13 @@ impl Mr {
         mem: Memory,
     ) -> Result<(Self, u32)> {
         let pd_id = pd.data().id;
-        let variant = VARIANT.fetch_add(1, Relaxed) & 0xff;
         let mem = Arc::new(mem, GFP_KERNEL)?;
         let anchor = Arc::pin_init(pin_init!(Anchor { windows <- new_mutex!(0) }), GFP_KERNEL)?;
         let (start, iova, length) = range;
-        let shared = dev.tables.mrs.insert(|index| {
+        let shared = dev.tables.insert_mr(|key| {
             Ok(Arc::new(
                 MrShared {
-                    key: index << 8 | variant,
+                    key,
                     pd: pd_id,
                     access: acc,
                     iova,
@@ -241,7 +235,7 @@ impl Mr {
         if *windows > 0 {
             return Err(EBUSY);
         }
-        self.tables.mrs.remove_if(self.key >> 8, &cur);
+        self.tables.mrs.remove_if(keys::index(self.key), &cur);
         self.gone.store(true, Relaxed);
         Ok(())
     }
@@ -321,7 +315,7 @@ impl Mr {
         if *windows > 0 {
             return Err(EBUSY);
         }
-        self.tables.mrs.replace(self.key >> 8, &cur, new)?;
+        self.tables.mrs.replace(keys::index(self.key), &cur, new)?;
         drop(windows);
         Ok(cur.key)
     }
@@ -330,10 +324,7 @@ impl Mr {
 impl Mr {
     /// What the engine sees of this MR.
     fn shared(&self) -> Option<Arc<MrShared>> {
-        self.tables
-            .mrs
-            .get(self.key >> 8)
-            .filter(|m| m.key == self.key)
+        self.tables.current(self.key)
     }
 
     /// For `rdma resource show mr`: `"explicit"` or `"implicit"` and the implicit MR's
@@ -469,7 +460,7 @@ impl Drop for Mr {
         // An MR ib_core never took (its allocation failed) was not deregistered.
         if !self.gone.load(Relaxed) {
             if let Some(cur) = self.shared() {
-                self.tables.mrs.remove_if(self.key >> 8, &cur);
+                self.tables.mrs.remove_if(keys::index(self.key), &cur);
             }
         }
     }
@@ -501,7 +492,7 @@ impl MrShared {
     /// current one (deregistered or re-registered meanwhile).
     pub(crate) fn add_window(self: &Arc<Self>, tables: &Tables) -> bool {
         let mut windows = self.anchor.windows.lock();
-        if !tables.mrs.holds(self.key >> 8, self) {
+        if !tables.mrs.holds(keys::index(self.key), self) {
             return false;
         }
         *windows += 1;
@@ -618,16 +609,5 @@ impl MrShared {
                 Ok(old)
             }
         }
-    }
-}
-
-impl Tables {
-    /// The MR for `key`, if the key is current (a miss counts as `num_mrs_not_found`).
-    pub(crate) fn mr(&self, key: u32) -> Option<Arc<MrShared>> {
-        let mr = self.mrs.get(key >> 8).filter(|m| m.key == key);
-        if mr.is_none() {
-            self.odp.mrs_not_found.fetch_add(1, Relaxed);
-        }
-        mr
     }
 }

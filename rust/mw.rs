@@ -3,18 +3,18 @@
 //! Memory windows (rxe's `rxe_mw.c`): type 1 and type 2B windows onto part of an MR, bound and
 //! invalidated by work requests, and the remote accesses that go through them.
 //!
-//! A window's rkey is `index << 8 | key byte`, with indices above the MRs' ([`MIN_MW`]), so one
-//! lookup tells windows and MRs apart. A bind takes the new key byte from the work request and
-//! refuses one that would leave the key unchanged, so a key handed out for an earlier binding
-//! never reaches a later one. The window holds the MR it is bound to; the MR counts its windows
+//! A window's rkey is `index << 8 | key byte` (see `keys.rs`). A bind takes the new key byte
+//! from the work request and refuses one that would leave the key unchanged, so a key handed
+//! out for an earlier binding never reaches a later one. The window holds the MR it is bound to; the MR counts its windows
 //! and refuses deregistration and re-registration while any is bound.
 //!
 //! Locks: a window's state, then an MR's window count ([`MrShared::add_window`]); nothing is
 //! taken under the count.
 
 use crate::{
-    device::{Device, Pd, Tables},
+    device::{Device, Pd},
     ib::{abi::Bind as BindWr, verbs::access},
+    keys::{self, Tables},
     limit::Token,
     mr::{Fault, MrShared},
     qp::QpShared,
@@ -22,20 +22,10 @@ use crate::{
 use kernel::{
     new_mutex,
     prelude::*,
-    sync::{
-        atomic::{Atomic, Relaxed},
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
 };
 
-/// Lowest window index: the MRs' indices end below it.
-pub(crate) const MIN_MW: u32 = crate::mr::MAX_MR + 1;
-
-/// Highest window index.
-pub(crate) const MAX_MW_INDEX: u32 = (1 << 24) - 1;
-
-/// Maximum number of memory windows per device.
-pub(crate) const MAX_MW: u32 = MAX_MW_INDEX - MIN_MW + 1;
+pub(crate) use keys::MAX_MW;
 
 /// Remote rights a window grants.
 const RIGHTS: u32 = access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_ATOMIC;
@@ -43,14 +33,6 @@ const RIGHTS: u32 = access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_
 /// Access bits a bind accepts: the rights, zero-based addressing, and local write, which means
 /// nothing for a window (rxe accepts it too, and rdma-core's tests pass it).
 const BIND_ACCESS: u32 = RIGHTS | access::ZERO_BASED | access::LOCAL_WRITE;
-
-/// Variant bytes for new windows.
-static VARIANT: Atomic<u32> = Atomic::new(0);
-
-/// Whether `key` names a window rather than an MR.
-pub(crate) fn is_window(key: u32) -> bool {
-    key >> 8 >= MIN_MW
-}
 
 /// The part of an MR a window is bound to.
 struct Bound {
@@ -95,15 +77,14 @@ impl Mw {
     /// Allocates a type 1 window (unbound, valid) or a type 2B window (free) in `pd`.
     pub(crate) fn alloc(dev: &Device, pd: &Pd, type2: bool) -> Result<(Self, u32)> {
         let token = dev.mws.take()?;
-        let variant = VARIANT.fetch_add(1, Relaxed) & 0xff;
         let pd = pd.data().id;
-        let shared = dev.tables.mws.insert(|index| {
+        let shared = dev.tables.insert_mw(|key| {
             Arc::pin_init(
                 pin_init!(MwShared {
                     pd,
                     type2,
                     state <- new_mutex!(State {
-                        key: index << 8 | variant,
+                        key,
                         bound: None,
                         freed: false,
                     }),
@@ -115,7 +96,7 @@ impl Mw {
         Ok((
             Self {
                 shared,
-                index: key >> 8,
+                index: keys::index(key),
                 tables: dev.tables.clone(),
                 _token: token,
             },
@@ -140,26 +121,23 @@ impl Drop for Mw {
     }
 }
 
-impl Tables {
-    /// Executes a bind posted on `qp` (IBA 10.6.7.2.x, with rxe's checks): `Err` completes it
-    /// with `IB_WC_MW_BIND_ERR`.
-    pub(crate) fn bind_mw(&self, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
-        if !is_window(w.mw_rkey) {
-            return Err(());
-        }
-        let mw = self.mws.get(w.mw_rkey >> 8).ok_or(())?;
+impl MwShared {
+    /// Executes the bind `w` of this window posted on `qp` (IBA 10.6.7.2.x, with rxe's checks),
+    /// the MR it names looked up in `tables`: `Err` completes it with `IB_WC_MW_BIND_ERR`.
+    pub(crate) fn bind(&self, tables: &Tables, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
         // C10-72: the QP's PD is the window's.
-        if mw.pd != qp.pd || w.access & !BIND_ACCESS != 0 {
+        if self.pd != qp.pd || w.access & !BIND_ACCESS != 0 {
             return Err(());
         }
         let zero_based = w.access & access::ZERO_BASED != 0;
         // o10-36.2.2: type 1 windows are addressed by virtual address.
-        if zero_based && !mw.type2 {
+        if zero_based && !self.type2 {
             return Err(());
         }
         let rights = w.access & RIGHTS;
         let target = if w.length > 0 {
-            let mr = self.mr(w.mr_lkey).ok_or(())?;
+            // Naming a dead MR is the bind's error, not a device access that missed.
+            let mr = tables.current(w.mr_lkey).ok_or(())?;
             // C10-73 and C10-74: the MR allows binding, and memory the window lets peers
             // write is memory the MR may write.
             if mr.pd != qp.pd
@@ -176,15 +154,15 @@ impl Tables {
                 _ => return Err(()),
             }
             Some((mr, off))
-        } else if mw.type2 {
+        } else if self.type2 {
             // o10-37.2.40: a type 2B window is invalidated, not bound empty.
             return Err(());
         } else {
             None
         };
-        let mut st = mw.state.lock();
+        let mut st = self.state.lock();
         // o10-37.2.30: a type 2B window is bound only while free.
-        if st.freed || (mw.type2 && st.bound.is_some()) {
+        if st.freed || (self.type2 && st.bound.is_some()) {
             return Err(());
         }
         let byte = w.rkey & 0xff;
@@ -193,7 +171,7 @@ impl Tables {
         }
         if let Some((mr, _)) = &target {
             // Refused if the MR was deregistered or re-registered since the lookup.
-            if !mr.add_window(self) {
+            if !mr.add_window(tables) {
                 return Err(());
             }
         }
@@ -205,7 +183,7 @@ impl Tables {
             length: w.length,
             rights,
             zero_based,
-            qp: mw.type2.then_some(qp.serial),
+            qp: self.type2.then_some(qp.serial),
         });
         st.key = (st.key & !0xff) | byte;
         drop(st);
@@ -215,22 +193,18 @@ impl Tables {
         Ok(())
     }
 
-    /// Invalidates the type 2B window `key`: by a local invalidate (`via: None`), or by a
-    /// send with invalidate arriving on `via`, which must be the QP the window is bound to.
-    /// `Err` for MR keys, type 1 windows, stale keys and windows not bound.
+    /// Invalidates this window, named by `key`, if it is a type 2B window bound under that key:
+    /// by a local invalidate (`via: None`), or by a send with invalidate arriving on `via`, which
+    /// must be the QP the window is bound to.
     pub(crate) fn invalidate(&self, key: u32, via: Option<&QpShared>) -> Result<(), ()> {
-        if !is_window(key) {
-            return Err(());
-        }
-        let mw = self.mws.get(key >> 8).ok_or(())?;
-        let mut st = mw.state.lock();
+        let mut st = self.state.lock();
         // o10-37.2.26: type 1 windows are not invalidated by work requests.
-        if st.key != key || !mw.type2 {
+        if st.key != key || !self.type2 {
             return Err(());
         }
         let b = st.bound.as_ref().ok_or(())?;
         if let Some(qp) = via {
-            if b.qp != Some(qp.serial) || mw.pd != qp.pd {
+            if b.qp != Some(qp.serial) || self.pd != qp.pd {
                 return Err(());
             }
         }
@@ -242,10 +216,10 @@ impl Tables {
         Ok(())
     }
 
-    /// Resolves a remote access of `len` bytes at `addr` through `key` arriving on `qp`, with
-    /// rights `right`: an MR's key, or a window's, checked against its binding (range, rights,
-    /// PD and, for type 2B, QP). Returns the MR and the offset in it.
-    pub(crate) fn remote(
+    /// Resolves a remote access of `len` bytes at `addr` through this window, named by `key`,
+    /// arriving on `qp` with rights `right`, checked against the binding (key, range, rights, PD
+    /// and, for type 2B, QP). Returns the MR and the offset in it.
+    pub(crate) fn resolve(
         &self,
         qp: &QpShared,
         key: u32,
@@ -253,15 +227,9 @@ impl Tables {
         len: u64,
         right: u32,
     ) -> Result<(Arc<MrShared>, usize), Fault> {
-        if !is_window(key) {
-            let mr = self.mr(key).ok_or(Fault::Key)?;
-            let off = mr.check(qp.pd, addr, len, right)?;
-            return Ok((mr, off));
-        }
-        let mw = self.mws.get(key >> 8).ok_or(Fault::Key)?;
-        let st = mw.state.lock();
+        let st = self.state.lock();
         let b = st.bound.as_ref().ok_or(Fault::Key)?;
-        if st.key != key || mw.pd != qp.pd || b.qp.is_some_and(|s| s != qp.serial) {
+        if st.key != key || self.pd != qp.pd || b.qp.is_some_and(|s| s != qp.serial) {
             return Err(Fault::Key);
         }
         if b.rights & right != right {

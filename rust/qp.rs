@@ -9,7 +9,7 @@
 
 use crate::{
     cq::CqShared,
-    device::{Device, Pd, Tables, UContext},
+    device::{Device, Pd, UContext},
     engine::{Scratch, Seg},
     ib::{
         abi::{self, RecvWqe, SendWqe, Sge, Wc},
@@ -22,6 +22,7 @@ use crate::{
         },
         wq,
     },
+    keys::Tables,
     limit::Token,
     queue::Queue,
     srq::{recv_wqe_size, SrqShared},

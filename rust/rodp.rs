@@ -11,6 +11,7 @@ mod cq;
 mod device;
 mod engine;
 mod ib;
+mod keys;
 mod limit;
 mod mcast;
 mod mem;

@@ -3,11 +3,11 @@
 //! Number-indexed tables of shared objects (rxe's `rxe_pool.c` indices): QPs by number, MRs by
 //! key index, AHs by number.
 
+use crate::ib::xarray::IdArray;
 use kernel::{
     new_mutex,
     prelude::*,
     sync::{Arc, Mutex},
-    xarray::{AllocKind, XArray},
 };
 
 /// A table handing out numbers in `[min, max]`, cyclically, so a freed number is reused as late
@@ -15,7 +15,8 @@ use kernel::{
 #[pin_data]
 pub(crate) struct Table<T: Send + Sync + 'static> {
     #[pin]
-    xa: XArray<Arc<T>>,
+    xa: IdArray<Arc<T>>,
+    /// The number to try first.
     #[pin]
     cursor: Mutex<u32>,
     min: u32,
@@ -26,31 +27,31 @@ impl<T: Send + Sync + 'static> Table<T> {
     /// An empty table for numbers `min..=max` (`min > 0`).
     pub(crate) fn new(min: u32, max: u32) -> impl PinInit<Self> {
         pin_init!(Self {
-            xa <- XArray::new(AllocKind::Alloc),
+            xa <- IdArray::new(),
             cursor <- new_mutex!(min),
             min,
             max,
         })
     }
 
-    /// Picks a free number, builds the object for it with `make` and stores it.
+    /// Picks a free number, builds the object for it with `make` and stores it; `ENOMEM` if
+    /// every number is taken.
     ///
-    /// Inserts are serialised by the cursor lock, so the number found free stays free while
-    /// `make` runs (removals only free numbers).
+    /// The XArray finds the first free number from the cursor on (wrapping to `min` once), however
+    /// far away, and reserves it while `make` runs. Inserts are serialised by the cursor lock.
     pub(crate) fn insert(&self, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<Arc<T>> {
-        let span = self.max - self.min + 1;
         let mut cursor = self.cursor.lock();
-        let mut found = None;
-        for _ in 0..span.min(1 << 16) {
-            let id = *cursor;
-            *cursor = if id >= self.max { self.min } else { id + 1 };
-            if self.xa.lock().get(id as usize).is_none() {
-                found = Some(id);
-                break;
-            }
+        let id = self
+            .xa
+            .lock()
+            .reserve_cyclic(self.min, self.max, &mut cursor)
+            .map_err(|e| if e == EBUSY { ENOMEM } else { e })?;
+        let stored = self.store(id, make);
+        if stored.is_err() {
+            // Gives the reserved number back.
+            self.xa.lock().remove(id);
         }
-        let id = found.ok_or(ENOMEM)?;
-        self.store(id, make)
+        stored
     }
 
     /// Builds the object for the fixed number `id` (outside `[min, max]`, such as QP1) with
@@ -61,40 +62,36 @@ impl<T: Send + Sync + 'static> Table<T> {
         make: impl FnOnce(u32) -> Result<Arc<T>>,
     ) -> Result<Arc<T>> {
         let _cursor = self.cursor.lock();
-        if self.xa.lock().get(id as usize).is_some() {
+        if self.xa.lock().get(id).is_some() {
             return Err(EBUSY);
         }
         self.store(id, make)
     }
 
-    /// Builds and stores the object for the free number `id`; the caller holds the cursor.
+    /// Builds and stores the object for the free or reserved number `id`; the caller holds the
+    /// cursor.
     fn store(&self, id: u32, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<Arc<T>> {
         let obj = make(id)?;
-        self.xa
-            .lock()
-            .store(id as usize, obj.clone(), GFP_KERNEL)
-            .map_err(|e| e.error)?;
+        self.xa.lock().store(id, obj.clone()).map_err(|e| e.error)?;
         Ok(obj)
     }
 
     /// The object numbered `id`.
     pub(crate) fn get(&self, id: u32) -> Option<Arc<T>> {
-        self.xa.lock().get(id as usize).map(Arc::from)
+        self.xa.lock().get(id).map(Arc::from)
     }
 
     /// Removes the object numbered `id`.
     pub(crate) fn remove(&self, id: u32) -> Option<Arc<T>> {
-        self.xa.lock().remove(id as usize)
+        self.xa.lock().remove(id)
     }
 
     /// Removes the object numbered `id` if it is `cur`; returns whether it was.
     pub(crate) fn remove_if(&self, id: u32, cur: &Arc<T>) -> bool {
         let mut xa = self.xa.lock();
-        let same = xa
-            .get(id as usize)
-            .is_some_and(|o| core::ptr::eq(&*o, &**cur));
+        let same = xa.get(id).is_some_and(|o| core::ptr::eq(&*o, &**cur));
         // Dropped after the lock: the last reference may free memory that sleeps to release.
-        let old = if same { xa.remove(id as usize) } else { None };
+        let old = if same { xa.remove(id) } else { None };
         drop(xa);
         drop(old);
         same
@@ -104,7 +101,7 @@ impl<T: Send + Sync + 'static> Table<T> {
     pub(crate) fn holds(&self, id: u32, cur: &Arc<T>) -> bool {
         self.xa
             .lock()
-            .get(id as usize)
+            .get(id)
             .is_some_and(|o| core::ptr::eq(&*o, &**cur))
     }
 
@@ -112,16 +109,12 @@ impl<T: Send + Sync + 'static> Table<T> {
     /// `cur` is not the object numbered `id` any more.
     pub(crate) fn replace(&self, id: u32, cur: &Arc<T>, new: Arc<T>) -> Result {
         let mut xa = self.xa.lock();
-        let same = xa
-            .get(id as usize)
-            .is_some_and(|o| core::ptr::eq(&*o, &**cur));
+        let same = xa.get(id).is_some_and(|o| core::ptr::eq(&*o, &**cur));
         if !same {
             return Err(EAGAIN);
         }
         // The slot is occupied: storing over it allocates nothing.
-        let old = xa
-            .store(id as usize, new, GFP_ATOMIC)
-            .map_err(|e| e.error)?;
+        let old = xa.store(id, new).map_err(|e| e.error)?;
         drop(xa);
         drop(old);
         Ok(())
@@ -169,6 +162,24 @@ mod tests {
         insert(&t)?;
         insert(&t)?;
         assert_eq!(insert(&t), Err(ENOMEM));
+        Ok(())
+    }
+
+    #[test]
+    fn a_free_number_far_from_the_cursor_is_found() -> Result {
+        // More numbers than a bounded probe (once 65,536 slots) would look at.
+        const MAX: u32 = 70_000;
+        let t = table(1, MAX)?;
+        let taken = Arc::new(0u32, GFP_KERNEL)?;
+        // Every number but the last, the cursor left at the first.
+        for id in 1..MAX {
+            t.insert_at(id, |_| Ok(taken.clone()))?;
+        }
+        assert_eq!(insert(&t)?, MAX);
+        assert_eq!(insert(&t), Err(ENOMEM));
+        // Past the last number the search starts over from the first.
+        assert!(t.remove(2).is_some());
+        assert_eq!(insert(&t)?, 2);
         Ok(())
     }
 

@@ -309,6 +309,39 @@ TEST_F(mw, binds_that_break_a_rule_fail)
 	EXPECT_EQ(0, ibv_dealloc_pd(pd2));
 }
 
+/* The device's ODP statistic of device accesses whose key named no MR (debugfs). */
+static long mrs_not_found(void)
+{
+	return read_long("/sys/kernel/debug/rodp/rodp0/odp_stats/num_mrs_not_found");
+}
+
+/*
+ * A bind names its MR by lkey, but it is no device access to memory: naming an MR that no
+ * longer exists fails the bind without counting in num_mrs_not_found. An access through the
+ * same dead key does count.
+ */
+TEST_F(mw, a_bind_naming_a_dead_mr_is_not_an_mr_not_found)
+{
+	struct ibv_mw *w = ibv_alloc_mw(self->d.pd, IBV_MW_TYPE_1);
+	struct ibv_mr *mr = ibv_reg_mr(self->d.pd, self->mem, LEN, MR_ACCESS);
+	struct ibv_mr gone;
+	long before;
+
+	ASSERT_NE(NULL, w);
+	ASSERT_NE(NULL, mr);
+	gone = *mr;
+	ASSERT_EQ(0, ibv_dereg_mr(mr));
+	before = mrs_not_found();
+	ASSERT_LE(0, before);
+	bad_bind(self, _metadata, w, &gone, (uintptr_t)self->mem, PAGE, IBV_ACCESS_REMOTE_READ);
+	EXPECT_EQ(before, mrs_not_found());
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_READ, 0, 8, (uintptr_t)self->mem,
+					      gone.rkey));
+	EXPECT_EQ(before + 1, mrs_not_found());
+	reset(self, _metadata);
+	EXPECT_EQ(0, ibv_dealloc_mw(w));
+}
+
 TEST_F(mw, type2b_window_is_zero_based_or_not_and_serves_only_its_qp)
 {
 	struct ibv_mw *w = ibv_alloc_mw(self->d.pd, IBV_MW_TYPE_2);
