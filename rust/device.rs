@@ -336,7 +336,7 @@ impl ib::Driver for Rodp {
         cqe: u32,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<u32> {
-        // User CQs only: a kernel consumer's CQ has no ring to move.
+        // Served to user space only.
         let (ctx, udata) = ctx.zip(udata).ok_or(EOPNOTSUPP)?;
         cq.resize(ctx, cqe, udata)
     }
@@ -393,8 +393,7 @@ impl ib::Driver for Rodp {
         ctx: Option<&UContext>,
         type2: bool,
     ) -> Result<(mw::Mw, u32)> {
-        // Windows are for user space (kernel consumers have no bind verb here); dropping the
-        // data at deallocation unbinds the window.
+        // Served to user space only; dropping the data at deallocation unbinds the window.
         ctx.ok_or(EOPNOTSUPP)?;
         mw::Mw::alloc(dev, pd, type2)
     }

@@ -697,7 +697,8 @@ impl<T: Driver> Device<T> {
         unsafe { addr_of_mut!((*this).sysfs).write(sysfs) };
         // `data` is initialised, so the device may be listed (it is delisted in
         // `dealloc_driver_cb`, which every path below reaches).
-        if let Err(e) = DEVICES.lock().push(Listed(ib), GFP_KERNEL) {
+        let listed = DEVICES.lock().push(Listed(ib), GFP_KERNEL);
+        if let Err(e) = listed {
             // SAFETY: `data` and `sysfs` are initialised and no ops are installed: drop them,
             // then free.
             unsafe {
@@ -1107,7 +1108,14 @@ impl<T: Driver> Device<T> {
     ///
     /// Called once by ib_core (from `ib_dealloc_device`) after the last op; `ib` is ours.
     unsafe extern "C" fn dealloc_driver_cb(ib: *mut bindings::ib_device) {
-        DEVICES.lock().retain(|d| d.0 != ib);
+        {
+            let mut list = DEVICES.lock();
+            list.retain(|d| d.0 != ib);
+            if list.is_empty() {
+                // Give the buffer back: the static list is not dropped at module exit.
+                *list = KVec::new();
+            }
+        }
         let this = ib.cast::<Self>();
         // SAFETY: `data` and `sysfs` were initialised and the device listed before the ops were
         // installed (type invariant); after delisting, nothing reaches the data any more, and
