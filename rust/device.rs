@@ -58,6 +58,9 @@ const RXE_UVERBS_ABI_VERSION: u32 = 2;
 /// Number of GID entries per port: room for many addresses, small enough to read quickly.
 pub(crate) const GID_TABLE_LEN: i32 = 128;
 
+/// Number of P_Key entries per port: the default P_Key only, as RoCE uses.
+const PKEY_TABLE_LEN: u16 = 1;
+
 /// Largest message: 2 GiB, the IBA limit for a single message.
 pub(crate) const MAX_MSG_SIZE: u32 = 1 << 31;
 
@@ -219,7 +222,7 @@ impl ib::Driver for Rodp {
             max_mr_size: mr::MAX_MR_SIZE,
             page_size_cap: kernel::page::PAGE_SIZE as u64,
             max_pd: MAX_PD,
-            max_pkeys: 1,
+            max_pkeys: PKEY_TABLE_LEN,
             kernel_cap_flags: kernel_cap::ALLOW_USER_UNREG | kernel_cap::ON_DEMAND_PAGING,
             device_cap_flags: device_cap::RC_RNR_NAK_GEN
                 | device_cap::SRQ_RESIZE
@@ -269,19 +272,21 @@ impl ib::Driver for Rodp {
             gid_tbl_len: GID_TABLE_LEN,
             port_cap_flags: port_cap::CM_SUP,
             max_msg_sz: MAX_MSG_SIZE,
-            pkey_tbl_len: 1,
+            pkey_tbl_len: PKEY_TABLE_LEN,
             max_vl_num: 1,
             active_speed,
             active_width,
         })
     }
 
-    fn get_port_immutable(dev: &Device, port: u32) -> Result<PortImmutable> {
-        let a = Self::query_port(dev, port)?;
+    fn get_port_immutable(_dev: &Device, port: u32) -> Result<PortImmutable> {
+        if port != 1 {
+            return Err(EINVAL);
+        }
         Ok(PortImmutable {
             core_cap_flags: core_cap::IBA_ROCE_UDP_ENCAP,
-            pkey_tbl_len: a.pkey_tbl_len,
-            gid_tbl_len: a.gid_tbl_len,
+            pkey_tbl_len: PKEY_TABLE_LEN,
+            gid_tbl_len: GID_TABLE_LEN,
             max_mad_size: MGMT_MAD_SIZE,
         })
     }
