@@ -7,15 +7,18 @@ use crate::{
     ah, cq,
     ib::{
         self,
-        device::{BoundDevice, NewDevice},
+        device::{
+            core_cap, kernel_cap, odp_cap, port_cap, write_cmd, BoundDevice, DriverId, LinkLayer,
+            NewDevice, PortImmutable, SysfsStats, MGMT_MAD_SIZE,
+        },
         event::Events,
         hw_stats::StatDesc,
         link::{self, Link},
         netdev::ib_mtu_for,
         udata::Udata,
         verbs::{
-            device_cap, Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr,
-            WcOut,
+            advise_flags, device_cap, srq_type, wr_opcode, Advice, Notify, QpAttr, QpInit, RecvWr,
+            Route, SendWr, SgList, SrqAttr, WcOut,
         },
         DeviceAttr, NetDev, PortAttr,
     },
@@ -41,8 +44,15 @@ const MODULE: &ThisModule = &<crate::RodpModule as ModuleMetadata>::THIS_MODULE;
 /// `Documentation/rodp.rst`): it claims every device with rodp's driver id as its own.
 const RXE_MODULE: &CStr = c"rdma_rxe";
 
+/// The uverbs ABI version of the rxe provider (`RXE_UVERBS_ABI_VERSION` in rxe.h); rdma-core's
+/// rxe provider binds only devices that report it.
+const RXE_UVERBS_ABI_VERSION: u32 = 2;
+
 /// Number of GID entries per port: room for many addresses, small enough to read quickly.
 pub(crate) const GID_TABLE_LEN: i32 = 128;
+
+/// Number of P_Key entries per port: the default P_Key only, as RoCE uses.
+const PKEY_TABLE_LEN: u16 = 1;
 
 /// Largest message: 2 GiB, the IBA limit for a single message.
 pub(crate) const MAX_MSG_SIZE: u32 = 1 << 31;
@@ -135,15 +145,42 @@ impl ib::Driver for Rodp {
     type Mr = mr::Mr;
     type Mw = mw::Mw;
 
-    fn query_device(dev: &Device) -> DeviceAttr {
-        DeviceAttr {
+    const DRIVER_ID: DriverId = DriverId::Rxe;
+
+    const UVERBS_ABI_VER: u32 = RXE_UVERBS_ABI_VERSION;
+
+    // The rxe provider rings its send doorbell with POST_SEND and arms CQs with REQ_NOTIFY_CQ.
+    const WRITE_CMDS: &'static [u32] = &[write_cmd::POST_SEND, write_cmd::REQ_NOTIFY_CQ];
+
+    const COUNTERS: &'static [StatDesc] = &stats::NAMES;
+
+    // `<ibdev>/odp_stats/`, the device's ODP totals under the names of the earlier Mellanox
+    // OFED stack.
+    const SYSFS_STATS: Option<SysfsStats> = Some(SysfsStats {
+        dir: c"odp_stats",
+        names: stats::ODP_NAMES,
+    });
+
+    fn query_device(dev: &Device, udata: Option<&Udata<'_>>) -> Result<DeviceAttr> {
+        if udata.is_some_and(|u| u.inlen() != 0 || u.outlen() != 0) {
+            return Err(EINVAL);
+        }
+        let (send, recv, write, read, atomic, srq_recv) = (
+            odp_cap::SEND,
+            odp_cap::RECV,
+            odp_cap::WRITE,
+            odp_cap::READ,
+            odp_cap::ATOMIC,
+            odp_cap::SRQ_RECV,
+        );
+        Ok(DeviceAttr {
             sys_image_guid_be: dev.guid_be,
             vendor_id: 0xffffff,
             max_mr_size: mr::MAX_MR_SIZE,
             page_size_cap: kernel::page::PAGE_SIZE as u64,
             max_pd: MAX_PD,
-            max_pkeys: 1,
-            allow_user_unreg: true,
+            max_pkeys: PKEY_TABLE_LEN,
+            kernel_cap_flags: kernel_cap::ALLOW_USER_UNREG | kernel_cap::ON_DEMAND_PAGING,
             device_cap_flags: device_cap::RC_RNR_NAK_GEN
                 | device_cap::SRQ_RESIZE
                 | device_cap::SYS_IMAGE_GUID
@@ -169,15 +206,20 @@ impl ib::Driver for Rodp {
             max_mcast_grp: mcast::MAX_GROUPS,
             max_mcast_qp_attach: mcast::MAX_QP_ATTACH,
             max_total_mcast_qp_attach: mcast::MAX_TOTAL_ATTACH,
-            odp: true,
-            odp_implicit: true,
+            odp_general_caps: odp_cap::SUPPORT | odp_cap::SUPPORT_IMPLICIT,
+            rc_odp_caps: send | recv | write | read | atomic | srq_recv,
+            ud_odp_caps: send | recv | srq_recv,
             ..Default::default()
-        }
+        })
     }
 
-    fn query_port(dev: &Device, _port: u32) -> Result<PortAttr> {
+    fn query_port(dev: &Device, port: u32) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(EINVAL);
+        }
         let ndev = dev.netdev(1).ok_or(ENODEV)?;
         let mtu = ndev.mtu();
+        let (active_speed, active_width) = dev.eth_speed(port);
         Ok(PortAttr {
             active: ndev.is_active(),
             link_up: ndev.is_up(),
@@ -185,13 +227,47 @@ impl ib::Driver for Rodp {
             active_mtu: ib_mtu_for(mtu),
             phys_mtu: mtu,
             gid_tbl_len: GID_TABLE_LEN,
+            port_cap_flags: port_cap::CM_SUP,
             max_msg_sz: MAX_MSG_SIZE,
-            pkey_tbl_len: 1,
+            pkey_tbl_len: PKEY_TABLE_LEN,
+            max_vl_num: 1,
+            active_speed,
+            active_width,
         })
+    }
+
+    fn get_port_immutable(_dev: &Device, port: u32) -> Result<PortImmutable> {
+        if port != 1 {
+            return Err(EINVAL);
+        }
+        Ok(PortImmutable {
+            core_cap_flags: core_cap::IBA_ROCE_UDP_ENCAP,
+            pkey_tbl_len: PKEY_TABLE_LEN,
+            gid_tbl_len: GID_TABLE_LEN,
+            max_mad_size: MGMT_MAD_SIZE,
+        })
+    }
+
+    fn query_pkey(_dev: &Device, port: u32, index: u16) -> Result<u16> {
+        // One entry: the default full-membership P_Key, as RoCE uses.
+        if port != 1 || index != 0 {
+            return Err(EINVAL);
+        }
+        Ok(0xffff)
+    }
+
+    fn get_link_layer(_dev: &Device, _port: u32) -> LinkLayer {
+        LinkLayer::Ethernet
     }
 
     fn alloc_ucontext(dev: &Device) -> Result<ucontext::UContext> {
         ucontext::UContext::new(dev)
+    }
+
+    fn disassociate_ucontext(_ctx: &UContext) {
+        // Implemented so that `rdma link delete` need not wait for user space: the core zaps
+        // the context's mmaps itself and fails later calls; rodp keeps no per-context hardware
+        // state to release early.
     }
 
     fn alloc_pd(dev: &Device, _ctx: Option<&UContext>) -> Result<pd::Pd> {
@@ -202,9 +278,13 @@ impl ib::Driver for Rodp {
         dev: &Device,
         ctx: Option<&UContext>,
         cqe: u32,
+        flags: u32,
         events: &Arc<Events>,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<(cq::Cq, u32)> {
+        if flags != 0 {
+            return Err(EOPNOTSUPP);
+        }
         cq::Cq::new(dev, ctx, cqe, events, udata)
     }
 
@@ -212,7 +292,14 @@ impl ib::Driver for Rodp {
         cq.poll(out)
     }
 
-    fn resize_cq(cq: &cq::Cq, ctx: &UContext, cqe: u32, udata: &mut Udata<'_>) -> Result<u32> {
+    fn resize_cq(
+        cq: &cq::Cq,
+        ctx: Option<&UContext>,
+        cqe: u32,
+        udata: Option<&mut Udata<'_>>,
+    ) -> Result<u32> {
+        // Served to user space only.
+        let (ctx, udata) = ctx.zip(udata).ok_or(EOPNOTSUPP)?;
         cq.resize(ctx, cqe, udata)
     }
 
@@ -228,11 +315,14 @@ impl ib::Driver for Rodp {
     fn reg_user_mr(
         dev: &Device,
         pd: &Pd,
+        ctx: Option<&UContext>,
         start: u64,
         length: u64,
         iova: u64,
         access: u32,
     ) -> Result<(mr::Mr, u32)> {
+        // Memory of a process, registered by that process; kernel consumers use DMA MRs.
+        ctx.ok_or(EOPNOTSUPP)?;
         mr::Mr::register(dev, pd, start, length, iova, access)
     }
 
@@ -247,6 +337,7 @@ impl ib::Driver for Rodp {
     fn rereg_user_mr(
         dev: &Device,
         mr: &mr::Mr,
+        ctx: Option<&UContext>,
         flags: u32,
         start: u64,
         length: u64,
@@ -254,16 +345,19 @@ impl ib::Driver for Rodp {
         access: u32,
         pd: &Pd,
     ) -> Result<u32> {
+        ctx.ok_or(EOPNOTSUPP)?;
         mr.reregister(dev, flags, start, length, iova, access, pd)
     }
 
-    fn alloc_mw(dev: &Device, pd: &Pd, type2: bool) -> Result<(mw::Mw, u32)> {
+    fn alloc_mw(
+        dev: &Device,
+        pd: &Pd,
+        ctx: Option<&UContext>,
+        type2: bool,
+    ) -> Result<(mw::Mw, u32)> {
+        // Served to user space only; dropping the data at deallocation unbinds the window.
+        ctx.ok_or(EOPNOTSUPP)?;
         mw::Mw::alloc(dev, pd, type2)
-    }
-
-    fn dealloc_mw(_mw: &mw::Mw) -> Result {
-        // Dropping the data unbinds the window.
-        Ok(())
     }
 
     fn create_ah(
@@ -275,31 +369,36 @@ impl ib::Driver for Rodp {
         ah::Ah::new(dev, pd, route, udata)
     }
 
-    fn destroy_ah(_ah: &ah::Ah) {}
-
     fn create_srq(
         dev: &Device,
         pd: &Pd,
-        ctx: &UContext,
+        ctx: Option<&UContext>,
+        kind: u32,
         attr: &mut SrqAttr,
         events: &Arc<Events>,
-        udata: &mut Udata<'_>,
+        udata: Option<&mut Udata<'_>>,
     ) -> Result<srq::Srq> {
+        // User SRQs only, of the basic type.
+        let (ctx, udata) = ctx.zip(udata).ok_or(EOPNOTSUPP)?;
+        if kind != srq_type::BASIC {
+            return Err(EOPNOTSUPP);
+        }
         srq::Srq::new(dev, pd, ctx, attr, events, udata)
     }
 
     fn modify_srq(
         srq: &srq::Srq,
-        ctx: &UContext,
+        ctx: Option<&UContext>,
         attr: &SrqAttr,
         mask: u32,
-        udata: &mut Udata<'_>,
+        udata: Option<&mut Udata<'_>>,
     ) -> Result {
+        let (ctx, udata) = ctx.zip(udata).ok_or(EOPNOTSUPP)?;
         srq.modify(ctx, attr, mask, udata)
     }
 
-    fn query_srq(srq: &srq::Srq) -> SrqAttr {
-        srq.query()
+    fn query_srq(srq: &srq::Srq) -> Result<SrqAttr> {
+        Ok(srq.query())
     }
 
     fn destroy_srq(srq: &srq::Srq) -> Result {
@@ -312,17 +411,23 @@ impl ib::Driver for Rodp {
         pd: &Pd,
         ctx: Option<&UContext>,
         init: &mut QpInit,
-        cqs: (&cq::Cq, &cq::Cq),
+        cqs: (Option<&cq::Cq>, Option<&cq::Cq>),
         srq: Option<&srq::Srq>,
         events: &Arc<Events>,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<(qp::Qp, u32)> {
+        let (Some(scq), Some(rcq)) = cqs else {
+            return Err(EINVAL);
+        };
+        if init.has_xrcd_or_rwq_ind_tbl {
+            return Err(EOPNOTSUPP);
+        }
         qp::Qp::new(
             dev,
             pd,
             ctx,
             init,
-            (&cqs.0.shared, &cqs.1.shared),
+            (&scq.shared, &rcq.shared),
             srq.map(|s| &s.shared),
             events,
             udata,
@@ -337,8 +442,8 @@ impl ib::Driver for Rodp {
         )
     }
 
-    fn query_qp(qp: &qp::Qp) -> (QpAttr, QpInit) {
-        qp.query()
+    fn query_qp(qp: &qp::Qp) -> Result<(QpAttr, QpInit)> {
+        Ok(qp.query())
     }
 
     fn destroy_qp(qp: &qp::Qp) -> Result {
@@ -351,6 +456,20 @@ impl ib::Driver for Rodp {
     }
 
     fn post_send_wr(qp: &qp::Qp, wr: &SendWr<'_, ah::Ah>) -> Result {
+        use wr_opcode::*;
+        // Kernel consumers get sends, RDMA and atomics (memory windows are for user space).
+        if !matches!(
+            wr.wqe.opcode,
+            RDMA_WRITE
+                | RDMA_WRITE_WITH_IMM
+                | RDMA_READ
+                | ATOMIC_CMP_AND_SWP
+                | ATOMIC_FETCH_AND_ADD
+                | SEND
+                | SEND_WITH_IMM
+        ) {
+            return Err(EINVAL);
+        }
         qp.post_send_wr(wr)
     }
 
@@ -358,7 +477,11 @@ impl ib::Driver for Rodp {
         qp.post_recv_wr(wr)
     }
 
-    fn advise_mr(dev: &Device, pd: &Pd, advice: Advice, flush: bool, sges: SgList<'_>) -> Result {
+    fn advise_mr(dev: &Device, pd: &Pd, advice: Advice, flags: u32, sges: SgList<'_>) -> Result {
+        if flags & !advise_flags::FLUSH != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        let flush = flags & advise_flags::FLUSH != 0;
         // Every range is checked before any is mapped; with the flush flag the work is done on
         // return, otherwise on the module's workqueue.
         let mut p = mr::Prefetch::new(
@@ -399,15 +522,11 @@ impl ib::Driver for Rodp {
         dev.tables.groups.detach(mgid, qp.shared.qpn)
     }
 
-    fn odp_stats(dev: &Device) -> [u64; 6] {
+    fn sysfs_stat(dev: &Device, index: usize) -> u64 {
         let mut out = [0u64; stats::NAMES.len()];
         stats::read_odp(&dev.tables.odp, &mut out);
-        let mut v = [0u64; 6];
-        v.copy_from_slice(&out[stats::NAMES.len() - 6..]);
-        v
+        out.get(stats::ODP_FIRST + index).copied().unwrap_or(0)
     }
-
-    const COUNTERS: &'static [StatDesc] = &stats::NAMES;
 
     fn counters(dev: &Device, out: &mut [u64]) {
         dev.tables.stats.read(out);
@@ -431,7 +550,7 @@ impl Link for Rodp {
             );
             return Err(EPERM);
         }
-        if let Some(dev) = BoundDevice::on(ndev) {
+        if let Some(dev) = BoundDevice::on(ndev, <Self as ib::Driver>::DRIVER_ID) {
             return Err(if dev.is_owned_by(MODULE) {
                 pr_err!("{:?} already has a rodp device\n", ndev.name());
                 EEXIST
@@ -443,6 +562,7 @@ impl Link for Rodp {
         let new = NewDevice {
             name,
             netdev: ndev,
+            node_guid_be: u64::from_ne_bytes(ndev.eui64()),
             node_desc: c"rodp",
             owner: MODULE,
         };
@@ -460,7 +580,9 @@ impl Link for Rodp {
 
     fn netdev_unregister(ndev: &NetDev) {
         // ib_core holds a reference on the netdev until the device is gone.
-        if let Some(dev) = BoundDevice::on(ndev).filter(|d| d.is_owned_by(MODULE)) {
+        if let Some(dev) =
+            BoundDevice::on(ndev, <Self as ib::Driver>::DRIVER_ID).filter(|d| d.is_owned_by(MODULE))
+        {
             dev.unregister_queued();
         }
     }
@@ -479,7 +601,7 @@ impl Link for Rodp {
         // rdma_rxe cannot load while rodp devices exist, so when it is loaded now every device
         // of the shared driver id is rxe's own and must be left alone.
         if !link::module_loaded(RXE_MODULE) {
-            ib::device::unregister_all();
+            ib::device::unregister_all(<Self as ib::Driver>::DRIVER_ID);
         }
     }
 }

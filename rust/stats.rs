@@ -72,7 +72,10 @@ pub(crate) static NAMES: [StatDesc; 18] = [
 ];
 
 /// Index of the first ODP counter in [`NAMES`].
-const ODP_FIRST: usize = 12;
+pub(crate) const ODP_FIRST: usize = 12;
+
+/// The ODP totals of [`NAMES`], also the files of `<ibdev>/odp_stats/` in sysfs.
+pub(crate) const ODP_NAMES: &[StatDesc] = NAMES.split_at(ODP_FIRST).1;
 
 /// Copies a device's ODP totals into their places in `out` (`NAMES` order).
 pub(crate) fn read_odp(c: &OdpCounters, out: &mut [u64]) {

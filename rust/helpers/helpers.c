@@ -13,12 +13,9 @@
 #include <rdma/ib_umem.h>
 #include <rdma/ib_umem_odp.h>
 #include <linux/hmm.h>
-#include <rdma/ib_cache.h>
-#include <linux/xarray.h>
 #include <linux/highmem.h>
 #include <linux/scatterlist.h>
 #include <linux/workqueue.h>
-#include <linux/sysfs.h>
 #include <linux/sched/mm.h>
 #include <net/netlink.h>
 #include <rodp_helpers.h>
@@ -197,24 +194,9 @@ u64 rodp_helper_atomic64_fetch_add(u64 *p, u64 add)
 	return (u64)atomic64_fetch_add((s64)add, (atomic64_t *)p);
 }
 
-/* The module's workqueue, alive from module init to exit. */
-static struct workqueue_struct *rodp_wq;
-
-int rodp_helper_wq_create(void)
+struct workqueue_struct *rodp_helper_alloc_workqueue(const char *name, unsigned int flags)
 {
-	rodp_wq = alloc_workqueue("rodp", WQ_UNBOUND, 0);
-	return rodp_wq ? 0 : -ENOMEM;
-}
-
-void rodp_helper_wq_destroy(void)
-{
-	destroy_workqueue(rodp_wq);
-	rodp_wq = NULL;
-}
-
-struct workqueue_struct *rodp_helper_wq(void)
-{
-	return rodp_wq;
+	return alloc_workqueue("%s", flags, 0, name);
 }
 
 int rodp_helper_copy_to_udata(struct ib_udata *udata, void *src, size_t len)
@@ -225,84 +207,6 @@ int rodp_helper_copy_to_udata(struct ib_udata *udata, void *src, size_t len)
 int rodp_helper_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
 {
 	return ib_copy_from_udata(dst, udata, len);
-}
-
-bool rodp_helper_is_err(const void *ptr)
-{
-	return IS_ERR(ptr);
-}
-
-long rodp_helper_ptr_err(const void *ptr)
-{
-	return PTR_ERR(ptr);
-}
-
-/*
- * The registered rodp devices, for finding the device that owns a GID (the local transport's
- * routing). Devices are listed from before registration until dealloc_driver, so a listed
- * device's driver data is live while the lock is held.
- */
-static DEFINE_MUTEX(rodp_devs_lock);
-static DEFINE_XARRAY_ALLOC(rodp_devs);
-
-int rodp_helper_devs_add(struct ib_device *dev, u32 *id)
-{
-	int ret;
-
-	mutex_lock(&rodp_devs_lock);
-	ret = xa_alloc(&rodp_devs, id, dev, xa_limit_32b, GFP_KERNEL);
-	mutex_unlock(&rodp_devs_lock);
-	return ret;
-}
-
-void rodp_helper_devs_del(u32 id)
-{
-	mutex_lock(&rodp_devs_lock);
-	xa_erase(&rodp_devs, id);
-	mutex_unlock(&rodp_devs_lock);
-}
-
-void rodp_helper_devs_lock(void)
-{
-	mutex_lock(&rodp_devs_lock);
-}
-
-void rodp_helper_devs_unlock(void)
-{
-	mutex_unlock(&rodp_devs_lock);
-}
-
-/* With the lock held: the listed device whose GID table holds gid, or NULL. */
-struct ib_device *rodp_helper_devs_find_gid_locked(const u8 *gid)
-{
-	const struct ib_gid_attr *attr;
-	struct ib_device *dev;
-	unsigned long idx;
-
-	lockdep_assert_held(&rodp_devs_lock);
-	xa_for_each(&rodp_devs, idx, dev) {
-		attr = rdma_find_gid(dev, (const union ib_gid *)gid, IB_GID_TYPE_ROCE_UDP_ENCAP, NULL);
-		if (IS_ERR(attr))
-			attr = rdma_find_gid(dev, (const union ib_gid *)gid, IB_GID_TYPE_IB, NULL);
-		if (!IS_ERR(attr)) {
-			rdma_put_gid_attr(attr);
-			return dev;
-		}
-	}
-	return NULL;
-}
-
-/* With the lock held: the first listed device at index *idx or later, or NULL; *idx is set
- * past it. */
-struct ib_device *rodp_helper_devs_next_locked(unsigned long *idx)
-{
-	struct ib_device *dev;
-
-	lockdep_assert_held(&rodp_devs_lock);
-	dev = xa_find(&rodp_devs, idx, ULONG_MAX, XA_PRESENT);
-	if (dev)
-		(*idx)++;
-	return dev;
 }
 
 struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
@@ -412,49 +316,4 @@ void rodp_helper_nl_nest_end(struct sk_buff *msg, struct nlattr *nest)
 void rodp_helper_nl_nest_cancel(struct sk_buff *msg, struct nlattr *nest)
 {
 	nla_nest_cancel(msg, nest);
-}
-
-/* The device's ODP counters in sysfs, as <ibdev>/odp_stats/<name> (the layout of the earlier
- * Mellanox OFED stack); the values come from the Rust driver through odp_reader. */
-static u64 (*odp_reader)(struct ib_device *dev, unsigned int idx);
-
-void rodp_helper_set_odp_reader(u64 (*reader)(struct ib_device *dev, unsigned int idx))
-{
-	WRITE_ONCE(odp_reader, reader);
-}
-
-#define RODP_ODP_ATTR(name, idx)						\
-static ssize_t name##_show(struct device *d, struct device_attribute *a, char *buf)	\
-{										\
-	u64 (*r)(struct ib_device *, unsigned int) = READ_ONCE(odp_reader);	\
-										\
-	return sysfs_emit(buf, "%llu\n", r ? r(rdma_device_to_ibdev(d), idx) : 0);	\
-}										\
-static DEVICE_ATTR_RO(name)
-
-RODP_ODP_ATTR(num_page_faults, 0);
-RODP_ODP_ATTR(num_page_fault_pages, 1);
-RODP_ODP_ATTR(num_invalidations, 2);
-RODP_ODP_ATTR(num_invalidation_pages, 3);
-RODP_ODP_ATTR(num_prefetches_handled, 4);
-RODP_ODP_ATTR(invalidations_faults_contentions, 5);
-
-static struct attribute *rodp_odp_attrs[] = {
-	&dev_attr_num_page_faults.attr,
-	&dev_attr_num_page_fault_pages.attr,
-	&dev_attr_num_invalidations.attr,
-	&dev_attr_num_invalidation_pages.attr,
-	&dev_attr_num_prefetches_handled.attr,
-	&dev_attr_invalidations_faults_contentions.attr,
-	NULL,
-};
-
-static const struct attribute_group rodp_odp_group = {
-	.name = "odp_stats",
-	.attrs = rodp_odp_attrs,
-};
-
-const struct attribute_group *rodp_helper_odp_group(void)
-{
-	return &rodp_odp_group;
 }

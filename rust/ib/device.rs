@@ -4,9 +4,12 @@
 //!
 //! ib_core allocates the device (`_ib_alloc_device`) with room for the driver's data after the
 //! `ib_device`, and frees it after calling `dealloc_driver`, which drops that data in place.
+//! Everything a device reports (driver id, ABI, capabilities, port attributes) comes from its
+//! [`Driver`]; this file only carries it to ib_core.
 
 use super::{
     event::Events,
+    hw_stats::StatDesc,
     mmap,
     netdev::{NetDev, NetDevRef},
     object::{Ah, Cq, Mw, Pd, Qp, Srq, UContext},
@@ -15,11 +18,98 @@ use super::{
 };
 use crate::bindings;
 use core::{mem::offset_of, ptr::addr_of_mut};
-use kernel::{error::from_result, prelude::*, sync::Arc, types::Opaque, ThisModule};
+use kernel::{
+    error::{from_result, VTABLE_DEFAULT_ERROR},
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Full},
+        Arc,
+    },
+    types::Opaque,
+    ThisModule,
+};
 
-/// The uverbs ABI version of the rxe provider (`RXE_UVERBS_ABI_VERSION` in rxe.h); rdma-core's
-/// rxe provider binds only devices that report it.
-const RXE_UVERBS_ABI_VERSION: u32 = 2;
+/// The driver ids user space picks a provider by (`enum rdma_driver_id`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum DriverId {
+    /// The soft-RoCE driver's (`RDMA_DRIVER_RXE`), which rdma-core's rxe provider binds.
+    Rxe = bindings::rdma_driver_id_RDMA_DRIVER_RXE,
+}
+
+/// The link layer of a port (`enum rdma_link_layer`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum LinkLayer {
+    /// Ethernet (RoCE).
+    Ethernet = bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET,
+}
+
+/// Legacy uverbs write commands ib_core leaves off unless a driver asks
+/// (`enum ib_uverbs_write_cmds`).
+pub(crate) mod write_cmd {
+    use crate::bindings;
+
+    /// `POST_SEND`.
+    pub(crate) const POST_SEND: u32 = bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND;
+    /// `REQ_NOTIFY_CQ`.
+    pub(crate) const REQ_NOTIFY_CQ: u32 =
+        bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ;
+}
+
+/// Bits of `enum ib_kernel_cap_flags`.
+pub(crate) mod kernel_cap {
+    use crate::bindings;
+
+    /// `IB_ACCESS_ON_DEMAND` MRs (the core refuses them otherwise).
+    pub(crate) const ON_DEMAND_PAGING: u64 =
+        bindings::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
+    /// `rdma link delete` may remove the device.
+    pub(crate) const ALLOW_USER_UNREG: u64 =
+        bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
+}
+
+/// Bits of `enum ib_odp_general_cap_bits` and `enum ib_odp_transport_cap_bits`.
+pub(crate) mod odp_cap {
+    use crate::bindings;
+
+    /// Explicit ODP MRs.
+    pub(crate) const SUPPORT: u64 = bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64;
+    /// Implicit ODP MRs (`reg_mr(NULL, SIZE_MAX)`).
+    pub(crate) const SUPPORT_IMPLICIT: u64 =
+        bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT_IMPLICIT as u64;
+    /// Sends from ODP memory.
+    pub(crate) const SEND: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND;
+    /// Receives into ODP memory.
+    pub(crate) const RECV: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV;
+    /// RDMA writes targeting ODP memory.
+    pub(crate) const WRITE: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE;
+    /// RDMA reads of ODP memory.
+    pub(crate) const READ: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ;
+    /// Atomics on ODP memory.
+    pub(crate) const ATOMIC: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC;
+    /// SRQ receives into ODP memory.
+    pub(crate) const SRQ_RECV: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV;
+}
+
+/// Bits of `enum ib_port_capability_mask_bits`.
+pub(crate) mod port_cap {
+    use crate::bindings;
+
+    /// The port runs a communication manager.
+    pub(crate) const CM_SUP: u32 = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
+}
+
+/// Bits of a port's `core_cap_flags` (`RDMA_CORE_PORT_*`).
+pub(crate) mod core_cap {
+    use crate::bindings;
+
+    /// RoCEv1 and RoCEv2 (UDP encapsulation) on an Ethernet port.
+    pub(crate) const IBA_ROCE_UDP_ENCAP: u32 = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+}
+
+/// The size of a management datagram (`IB_MGMT_MAD_SIZE`).
+pub(crate) const MGMT_MAD_SIZE: u32 = bindings::IB_MGMT_MAD_SIZE as u32;
 
 /// Device attributes a driver reports from `query_device`; zero means "not supported".
 #[derive(Default)]
@@ -40,8 +130,8 @@ pub(crate) struct DeviceAttr {
     pub(crate) max_pd: u32,
     /// Number of partition keys in the table.
     pub(crate) max_pkeys: u16,
-    /// Whether `rdma link delete` may remove the device (`IBK_ALLOW_USER_UNREG`).
-    pub(crate) allow_user_unreg: bool,
+    /// [`kernel_cap`] flags.
+    pub(crate) kernel_cap_flags: u64,
     /// `IB_DEVICE_*` capability flags.
     pub(crate) device_cap_flags: u64,
     /// Maximum number of QPs.
@@ -76,11 +166,12 @@ pub(crate) struct DeviceAttr {
     pub(crate) max_ah: u32,
     /// Whether atomics are atomic with respect to this device (`IB_ATOMIC_HCA`).
     pub(crate) atomic_hca: bool,
-    /// Explicit ODP MRs for RC (send, receive, write, read, atomic, SRQ receive) and UD (send,
-    /// receive, SRQ receive).
-    pub(crate) odp: bool,
-    /// Implicit ODP MRs (`reg_mr(NULL, SIZE_MAX)`), with `odp`.
-    pub(crate) odp_implicit: bool,
+    /// ODP capabilities ([`odp_cap`] `SUPPORT*`).
+    pub(crate) odp_general_caps: u64,
+    /// ODP operations on RC QPs ([`odp_cap`] transport bits).
+    pub(crate) rc_odp_caps: u32,
+    /// ODP operations on UD QPs ([`odp_cap`] transport bits).
+    pub(crate) ud_odp_caps: u32,
     /// Multicast groups.
     pub(crate) max_mcast_grp: u32,
     /// QPs per multicast group.
@@ -103,13 +194,51 @@ pub(crate) struct PortAttr {
     pub(crate) phys_mtu: u32,
     /// Number of GID table entries.
     pub(crate) gid_tbl_len: i32,
+    /// [`port_cap`] flags.
+    pub(crate) port_cap_flags: u32,
     /// Largest message in bytes.
     pub(crate) max_msg_sz: u32,
     /// Number of P_Key table entries.
     pub(crate) pkey_tbl_len: u16,
+    /// Number of virtual lanes.
+    pub(crate) max_vl_num: u8,
+    /// Link speed (`IB_SPEED_*`), e.g. from [`Device::eth_speed`].
+    pub(crate) active_speed: u16,
+    /// Link width (`IB_WIDTH_*`), e.g. from [`Device::eth_speed`].
+    pub(crate) active_width: u8,
 }
 
-/// The verbs a driver implements; each optional one is left NULL in the ops table when absent.
+/// What ib_core caches of a port at registration (`struct ib_port_immutable`).
+pub(crate) struct PortImmutable {
+    /// [`core_cap`] flags: the port's protocols.
+    pub(crate) core_cap_flags: u32,
+    /// Number of P_Key table entries.
+    pub(crate) pkey_tbl_len: u16,
+    /// Number of GID table entries.
+    pub(crate) gid_tbl_len: i32,
+    /// Largest management datagram ([`MGMT_MAD_SIZE`]; 0 for none).
+    pub(crate) max_mad_size: u32,
+}
+
+/// A directory of read-only counter files in each device's sysfs directory,
+/// `<ibdev>/DIR/<name>`, read through [`Driver::sysfs_stat`].
+pub(crate) struct SysfsStats {
+    /// The directory's name.
+    pub(crate) dir: &'static CStr,
+    /// The files, one per counter.
+    pub(crate) names: &'static [StatDesc],
+}
+
+/// The verbs a driver implements.
+///
+/// Methods with a default body are optional. An optional verb the driver does not implement
+/// leaves its slot in `struct ib_device_ops` NULL and ib_core answers for it (`EOPNOTSUPP`, or
+/// its own default such as the link layer of the node type), so the default body never runs.
+/// ib_core calls a few C ops whenever their object exists: `dealloc_ucontext`, `dealloc_mw`,
+/// `destroy_ah` and `destroy_srq` are installed with the verb that creates the object, and the
+/// driver's hook in them ([`Driver::dealloc_mw`], [`Driver::destroy_ah`],
+/// [`Driver::destroy_srq`]) is optional, by default doing nothing before the data is dropped.
+/// [`Driver::mr_odp_kind`] and [`Driver::mr_windows`] share `fill_res_mr_entry`.
 #[vtable]
 pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Per-process context data (`struct ib_ucontext`).
@@ -129,24 +258,61 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Memory window data (`struct ib_mw`).
     type Mw: Send + Sync;
 
-    /// Reports device attributes.
-    fn query_device(dev: &Device<Self>) -> DeviceAttr;
+    /// The driver id user space picks its provider by.
+    const DRIVER_ID: DriverId;
 
-    /// Reports attributes of port `port` (1-based, already range checked).
+    /// The uverbs ABI version the provider expects.
+    const UVERBS_ABI_VER: u32;
+
+    /// Legacy write commands ([`write_cmd`]) the provider issues besides ib_core's defaults.
+    const WRITE_CMDS: &'static [u32] = &[];
+
+    /// The names of the port's hardware counters, read through [`Driver::counters`].
+    const COUNTERS: &'static [StatDesc] = &[];
+
+    /// Counter files in each device's sysfs directory, read through [`Driver::sysfs_stat`].
+    const SYSFS_STATS: Option<SysfsStats> = None;
+
+    /// Reports device attributes; `udata` is the driver part of a user query.
+    fn query_device(dev: &Device<Self>, udata: Option<&Udata<'_>>) -> Result<DeviceAttr>;
+
+    /// Reports attributes of port `port`.
     fn query_port(dev: &Device<Self>, port: u32) -> Result<PortAttr>;
 
+    /// Reports what ib_core caches of port `port` at registration.
+    fn get_port_immutable(dev: &Device<Self>, port: u32) -> Result<PortImmutable>;
+
+    /// Reads entry `index` of port `port`'s P_Key table.
+    fn query_pkey(_dev: &Device<Self>, _port: u32, _index: u16) -> Result<u16> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// The link layer of port `port`.
+    fn get_link_layer(_dev: &Device<Self>, _port: u32) -> LinkLayer {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
     /// Creates the data of a new user context.
-    fn alloc_ucontext(dev: &Device<Self>) -> Result<Self::UContext>;
+    fn alloc_ucontext(_dev: &Device<Self>) -> Result<Self::UContext> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// The device is going away while a user context is open: when implemented, ib_core lets
+    /// the device go without waiting for user space to close the context (it zaps the
+    /// context's mappings and fails its later calls); otherwise unregistration waits.
+    fn disassociate_ucontext(_ctx: &UContext<Self>) {}
 
     /// Creates the data of a new protection domain.
     fn alloc_pd(dev: &Device<Self>, ctx: Option<&UContext<Self>>) -> Result<Self::Pd>;
 
-    /// Creates a CQ of at least `cqe` entries, for user space (`ctx` and `udata`) or for a
-    /// kernel consumer (neither); returns its data and the actual depth.
+    /// Creates a CQ of at least `cqe` entries with `flags` (`enum ib_uverbs_ex_create_cq_flags`),
+    /// for user space (`ctx` and `udata`) or for a kernel consumer (neither); returns its data
+    /// and the actual depth.
     fn create_cq(
         dev: &Device<Self>,
         ctx: Option<&UContext<Self>>,
         cqe: u32,
+        flags: u32,
         events: &Arc<Events>,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<(Self::Cq, u32)>;
@@ -154,13 +320,16 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Takes up to `out.len()` completions from a kernel CQ; returns how many were written.
     fn poll_cq(cq: &Self::Cq, out: &mut WcOut<'_>) -> usize;
 
-    /// Resizes a user CQ to at least `cqe` entries; returns the actual depth.
+    /// Resizes a CQ to at least `cqe` entries, for user space (`ctx` and `udata`) or a kernel
+    /// consumer (neither); returns the actual depth.
     fn resize_cq(
-        cq: &Self::Cq,
-        ctx: &UContext<Self>,
-        cqe: u32,
-        udata: &mut Udata<'_>,
-    ) -> Result<u32>;
+        _cq: &Self::Cq,
+        _ctx: Option<&UContext<Self>>,
+        _cqe: u32,
+        _udata: Option<&mut Udata<'_>>,
+    ) -> Result<u32> {
+        Err(EOPNOTSUPP)
+    }
 
     /// Arms a CQ; returns whether completions may have been missed (when asked to report).
     fn req_notify_cq(cq: &Self::Cq, arm: Notify, report_missed: bool) -> Result<bool>;
@@ -168,10 +337,13 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Prepares a CQ for destruction; an error keeps it alive.
     fn destroy_cq(cq: &Self::Cq) -> Result;
 
-    /// Registers user memory; returns the MR data and its key (lkey = rkey).
+    /// Registers memory of the calling process (`ctx`; `None` for a kernel caller); returns the
+    /// MR data and its key (lkey = rkey).
+    #[allow(clippy::too_many_arguments)]
     fn reg_user_mr(
         dev: &Device<Self>,
         pd: &Pd<Self>,
+        ctx: Option<&UContext<Self>>,
         start: u64,
         length: u64,
         iova: u64,
@@ -185,71 +357,100 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Prepares an MR for deregistration; an error keeps it registered.
     fn dereg_mr(mr: &Self::Mr) -> Result;
 
-    /// Re-registers a user MR in place (`IB_MR_REREG_*` in `flags`; `pd` is the MR's PD when
-    /// the flags do not change it); returns the key, which ib_core reports as lkey and rkey. On
-    /// error the MR is unchanged.
+    /// Re-registers an MR in place (`IB_MR_REREG_*` in `flags`; `pd` is the MR's PD when the
+    /// flags do not change it) for the calling process (`ctx`; `None` for a kernel caller);
+    /// returns the key, which ib_core reports as lkey and rkey. On error the MR is unchanged.
     #[allow(clippy::too_many_arguments)]
     fn rereg_user_mr(
-        dev: &Device<Self>,
-        mr: &Self::Mr,
-        flags: u32,
-        start: u64,
-        length: u64,
-        iova: u64,
-        access: u32,
-        pd: &Pd<Self>,
-    ) -> Result<u32>;
+        _dev: &Device<Self>,
+        _mr: &Self::Mr,
+        _ctx: Option<&UContext<Self>>,
+        _flags: u32,
+        _start: u64,
+        _length: u64,
+        _iova: u64,
+        _access: u32,
+        _pd: &Pd<Self>,
+    ) -> Result<u32> {
+        Err(EOPNOTSUPP)
+    }
 
-    /// Allocates a memory window of type 1 (`type2: false`) or 2B; returns its data and rkey.
-    fn alloc_mw(dev: &Device<Self>, pd: &Pd<Self>, type2: bool) -> Result<(Self::Mw, u32)>;
+    /// Allocates a memory window of type 1 (`type2: false`) or 2B for the calling process
+    /// (`ctx`; `None` for a kernel caller); returns its data and rkey.
+    fn alloc_mw(
+        _dev: &Device<Self>,
+        _pd: &Pd<Self>,
+        _ctx: Option<&UContext<Self>>,
+        _type2: bool,
+    ) -> Result<(Self::Mw, u32)> {
+        Err(EOPNOTSUPP)
+    }
 
-    /// Prepares a memory window for deallocation; an error keeps it.
-    fn dealloc_mw(mw: &Self::Mw) -> Result;
+    /// Prepares a memory window for deallocation; an error keeps it. Its data is dropped
+    /// after this.
+    fn dealloc_mw(_mw: &Self::Mw) -> Result {
+        Ok(())
+    }
 
     /// Creates an address handle.
     fn create_ah(
-        dev: &Device<Self>,
-        pd: &Pd<Self>,
-        route: &Route,
-        udata: Option<&mut Udata<'_>>,
-    ) -> Result<Self::Ah>;
+        _dev: &Device<Self>,
+        _pd: &Pd<Self>,
+        _route: &Route,
+        _udata: Option<&mut Udata<'_>>,
+    ) -> Result<Self::Ah> {
+        Err(EOPNOTSUPP)
+    }
 
-    /// Prepares an address handle for destruction.
-    fn destroy_ah(ah: &Self::Ah);
+    /// Prepares an address handle for destruction; its data is dropped after this.
+    fn destroy_ah(_ah: &Self::Ah) {}
 
-    /// Creates a user SRQ; `attr` is updated to what was allocated.
+    /// Creates an SRQ of type `srq_type` (`enum ib_srq_type`) for user space (`ctx` and
+    /// `udata`) or a kernel consumer (neither); `attr` is updated to what was allocated.
+    #[allow(clippy::too_many_arguments)]
     fn create_srq(
-        dev: &Device<Self>,
-        pd: &Pd<Self>,
-        ctx: &UContext<Self>,
-        attr: &mut SrqAttr,
-        events: &Arc<Events>,
-        udata: &mut Udata<'_>,
-    ) -> Result<Self::Srq>;
+        _dev: &Device<Self>,
+        _pd: &Pd<Self>,
+        _ctx: Option<&UContext<Self>>,
+        _srq_type: u32,
+        _attr: &mut SrqAttr,
+        _events: &Arc<Events>,
+        _udata: Option<&mut Udata<'_>>,
+    ) -> Result<Self::Srq> {
+        Err(EOPNOTSUPP)
+    }
 
     /// Resizes or arms an SRQ.
     fn modify_srq(
-        srq: &Self::Srq,
-        ctx: &UContext<Self>,
-        attr: &SrqAttr,
-        mask: u32,
-        udata: &mut Udata<'_>,
-    ) -> Result;
+        _srq: &Self::Srq,
+        _ctx: Option<&UContext<Self>>,
+        _attr: &SrqAttr,
+        _mask: u32,
+        _udata: Option<&mut Udata<'_>>,
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
 
     /// Reports SRQ attributes.
-    fn query_srq(srq: &Self::Srq) -> SrqAttr;
+    fn query_srq(_srq: &Self::Srq) -> Result<SrqAttr> {
+        Err(EOPNOTSUPP)
+    }
 
-    /// Prepares an SRQ for destruction.
-    fn destroy_srq(srq: &Self::Srq) -> Result;
+    /// Prepares an SRQ for destruction; an error keeps it. Its data is dropped after this.
+    fn destroy_srq(_srq: &Self::Srq) -> Result {
+        Ok(())
+    }
 
     /// Creates a QP, for user space (`ctx` and `udata`) or a kernel consumer (neither);
-    /// `init.cap` is updated to what was allocated. Returns the data and the QP number.
+    /// `init.cap` is updated to what was allocated. `cqs` are the send and receive CQs (ib_core
+    /// passes none for some QP types). Returns the data and the QP number.
+    #[allow(clippy::too_many_arguments)]
     fn create_qp(
         dev: &Device<Self>,
         pd: &Pd<Self>,
         ctx: Option<&UContext<Self>>,
         init: &mut QpInit,
-        cqs: (&Self::Cq, &Self::Cq),
+        cqs: (Option<&Self::Cq>, Option<&Self::Cq>),
         srq: Option<&Self::Srq>,
         events: &Arc<Events>,
         udata: Option<&mut Udata<'_>>,
@@ -259,7 +460,9 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     fn modify_qp(dev: &Device<Self>, qp: &Self::Qp, attr: &QpAttr, mask: u32) -> Result;
 
     /// Reports a QP's attributes.
-    fn query_qp(qp: &Self::Qp) -> (QpAttr, QpInit);
+    fn query_qp(_qp: &Self::Qp) -> Result<(QpAttr, QpInit)> {
+        Err(EOPNOTSUPP)
+    }
 
     /// Prepares a QP for destruction: no completion or event follows it.
     fn destroy_qp(qp: &Self::Qp) -> Result;
@@ -274,51 +477,60 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Queues a kernel consumer's receive WR; may be called in atomic context.
     fn post_recv_wr(qp: &Self::Qp, wr: &RecvWr<'_>) -> Result;
 
-    /// Prefetches the ranges `sges` of ODP MRs of `pd` (`ibv_advise_mr`); `flush` asks to
-    /// finish before returning.
+    /// Prefetches the ranges `sges` of ODP MRs of `pd` (`ibv_advise_mr`) with `flags`
+    /// (`IB_UVERBS_ADVISE_MR_FLAG_*`, see [`super::verbs::advise_flags`]).
     fn advise_mr(
-        dev: &Device<Self>,
-        pd: &Pd<Self>,
-        advice: Advice,
-        flush: bool,
-        sges: SgList<'_>,
-    ) -> Result;
+        _dev: &Device<Self>,
+        _pd: &Pd<Self>,
+        _advice: Advice,
+        _flags: u32,
+        _sges: SgList<'_>,
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
 
-    /// Attaches a UD QP to the multicast group `mgid`.
-    fn attach_mcast(dev: &Device<Self>, qp: &Self::Qp, mgid: &[u8; 16]) -> Result;
+    /// Attaches a QP to the multicast group `mgid`.
+    fn attach_mcast(_dev: &Device<Self>, _qp: &Self::Qp, _mgid: &[u8; 16]) -> Result {
+        Err(EOPNOTSUPP)
+    }
 
     /// Detaches a QP from the multicast group `mgid`.
-    fn detach_mcast(dev: &Device<Self>, qp: &Self::Qp, mgid: &[u8; 16]) -> Result;
+    fn detach_mcast(_dev: &Device<Self>, _qp: &Self::Qp, _mgid: &[u8; 16]) -> Result {
+        Err(EOPNOTSUPP)
+    }
 
     /// For `rdma resource show mr`: whether an MR is an explicit or implicit ODP MR, and an
     /// implicit MR's number of children; `None` for other MRs.
-    fn mr_odp_kind(mr: &Self::Mr) -> Option<(&'static CStr, Option<usize>)>;
+    fn mr_odp_kind(_mr: &Self::Mr) -> Option<(&'static CStr, Option<usize>)> {
+        None
+    }
 
     /// For `rdma resource show mr`: the number of memory windows bound to an MR.
-    fn mr_windows(mr: &Self::Mr) -> u32;
+    fn mr_windows(_mr: &Self::Mr) -> u32 {
+        0
+    }
 
     /// For `rdma statistic mr show`: an ODP MR's `page_faults`, `page_faults_handled`,
     /// `page_invalidations`, `page_invalidations_handled` and `page_prefetch`.
-    fn mr_odp_stats(mr: &Self::Mr) -> Option<[u64; 5]>;
+    fn mr_odp_stats(_mr: &Self::Mr) -> Option<[u64; 5]> {
+        None
+    }
 
-    /// The device's ODP totals, in the order of `<ibdev>/odp_stats/` in sysfs:
-    /// `num_page_faults`, `num_page_fault_pages`, `num_invalidations`,
-    /// `num_invalidation_pages`, `num_prefetches_handled`, `invalidations_faults_contentions`.
-    fn odp_stats(dev: &Device<Self>) -> [u64; 6];
+    /// Current values of the port's counters, in [`Driver::COUNTERS`] order.
+    fn counters(_dev: &Device<Self>, _out: &mut [u64]) {}
 
-    /// Names of the port's hardware counters.
-    const COUNTERS: &'static [super::hw_stats::StatDesc];
-
-    /// Current values of the counters, in `COUNTERS` order.
-    fn counters(dev: &Device<Self>, out: &mut [u64]);
+    /// The value of counter `index` of [`Driver::SYSFS_STATS`].
+    fn sysfs_stat(_dev: &Device<Self>, _index: usize) -> u64 {
+        0
+    }
 }
 
 /// An IB device whose driver data is a `T`.
 ///
 /// # Invariants
 ///
-/// `ib` was allocated by `_ib_alloc_device` with room for `Self`; `data` is initialised from
-/// the moment the ops table is installed until `dealloc_driver` drops it.
+/// `ib` was allocated by `_ib_alloc_device` with room for `Self`; `data` and `sysfs` are
+/// initialised from the moment the ops table is installed until `dealloc_driver` drops them.
 #[repr(C)]
 #[pin_data]
 pub(crate) struct Device<T: Driver> {
@@ -326,11 +538,12 @@ pub(crate) struct Device<T: Driver> {
     ib: Opaque<bindings::ib_device>,
     #[pin]
     data: T,
-    /// Index in the list of rodp devices (for GID lookups), set before registration.
-    list_id: u32,
+    /// The files of `T::SYSFS_STATS`; ib_core points the device's sysfs directory at them.
+    sysfs: SysfsGroup,
 }
 
-// SAFETY: The C part is protected by ib_core's own locking; `T` is `Send + Sync`.
+// SAFETY: The C part is protected by ib_core's own locking; `T` is `Send + Sync`; the sysfs
+// group is written before registration and only read afterwards.
 unsafe impl<T: Driver> Send for Device<T> {}
 // SAFETY: As above.
 unsafe impl<T: Driver> Sync for Device<T> {}
@@ -347,12 +560,113 @@ impl<T: Driver> core::ops::Deref for Device<T> {
 pub(crate) struct NewDevice<'a> {
     /// The `rdma link add` name.
     pub(crate) name: &'a CStr,
-    /// The netdev of port 1.
+    /// The netdev of port 1 (the device's only port).
     pub(crate) netdev: &'a NetDev,
+    /// The node GUID, in network byte order.
+    pub(crate) node_guid_be: u64,
     /// Node description shown by `ibv_devinfo`.
     pub(crate) node_desc: &'a CStr,
     /// The module that owns the device (pinned while user contexts are open).
     pub(crate) owner: &'static ThisModule,
+}
+
+/// One counter file of a [`SysfsGroup`]: the attribute sysfs passes back, and its index.
+#[repr(C)]
+struct StatAttr {
+    attr: bindings::device_attribute,
+    index: usize,
+}
+
+/// A device's sysfs counter directory (`struct attribute_group`), built from
+/// [`Driver::SYSFS_STATS`].
+///
+/// # Invariants
+///
+/// When `_attrs` is not empty, `group.attrs` points to `_ptrs`, which holds a pointer to each
+/// entry of `_attrs` and a final null; neither vector is resized afterwards.
+struct SysfsGroup {
+    group: bindings::attribute_group,
+    _attrs: KVec<StatAttr>,
+    _ptrs: KVec<*mut bindings::attribute>,
+}
+
+impl SysfsGroup {
+    /// The files of `stats`, each showing [`Driver::sysfs_stat`] of driver `T`.
+    fn new<T: Driver>(stats: &SysfsStats) -> Result<Self> {
+        let n = stats.names.len();
+        let mut attrs = KVec::with_capacity(n, GFP_KERNEL)?;
+        for (index, desc) in stats.names.iter().enumerate() {
+            // SAFETY: All-zero is a valid attribute (no name, no callbacks).
+            let mut attr: bindings::device_attribute = unsafe { core::mem::zeroed() };
+            attr.attr.name = desc.name();
+            attr.attr.mode = 0o444;
+            // Heap attributes need a static lock class (`sysfs_attr_init`).
+            #[cfg(CONFIG_DEBUG_LOCK_ALLOC)]
+            {
+                attr.attr.key = kernel::static_lock_class!().as_ptr();
+            }
+            attr.__bindgen_anon_1.show = Some(Device::<T>::sysfs_show_cb);
+            attrs.push(StatAttr { attr, index }, GFP_KERNEL)?;
+        }
+        let mut ptrs = KVec::with_capacity(n + 1, GFP_KERNEL)?;
+        for a in attrs.iter_mut() {
+            ptrs.push(addr_of_mut!(a.attr.attr), GFP_KERNEL)?;
+        }
+        ptrs.push(core::ptr::null_mut(), GFP_KERNEL)?;
+        // SAFETY: All-zero is a valid, empty group.
+        let mut group: bindings::attribute_group = unsafe { core::mem::zeroed() };
+        group.name = stats.dir.as_char_ptr();
+        // INVARIANT: `ptrs` lists `attrs` and a null; both keep their buffers from now on.
+        group.__bindgen_anon_2.attrs = ptrs.as_mut_ptr();
+        Ok(Self {
+            group,
+            _attrs: attrs,
+            _ptrs: ptrs,
+        })
+    }
+
+    /// No files.
+    fn empty() -> Self {
+        Self {
+            // SAFETY: All-zero is a valid, empty group.
+            group: unsafe { core::mem::zeroed() },
+            _attrs: KVec::new(),
+            _ptrs: KVec::new(),
+        }
+    }
+}
+
+/// A registered device in the list of this module's devices.
+struct Listed(*mut bindings::ib_device);
+
+// SAFETY: A plain pointer, dereferenced only under the list's lock (see `DEVICES`).
+unsafe impl Send for Listed {}
+
+kernel::sync::global_lock! {
+    // SAFETY: Initialised by `init_device_list` from module init, before any device exists.
+    unsafe(uninit) static DEVICES: Mutex<KVec<Listed>> = KVec::new();
+}
+
+/// Whether [`DEVICES`] is initialised.
+static DEVICES_READY: Atomic<bool> = Atomic::new(false);
+
+/// Initialises the list of this module's devices; called from module init.
+pub(super) fn init_device_list() {
+    if !DEVICES_READY.xchg(true, Full) {
+        // SAFETY: Only the first call gets here; module init runs before any device exists.
+        unsafe { DEVICES.init() };
+    }
+}
+
+/// `Some(op)` when the driver implements the verb behind it (`HAS_*`), else a NULL slot.
+macro_rules! op_if {
+    ($has:expr, $op:expr) => {
+        if $has {
+            Some($op)
+        } else {
+            None
+        }
+    };
 }
 
 impl<T: Driver> Device<T> {
@@ -363,6 +677,10 @@ impl<T: Driver> Device<T> {
     pub(crate) fn register(new: &NewDevice<'_>, init: impl PinInit<T, Error>) -> Result {
         // ib_core finds the driver's object at the address of its `ib_device`.
         const { assert!(offset_of!(Self, ib) == 0) };
+        let sysfs = match &T::SYSFS_STATS {
+            Some(stats) => SysfsGroup::new::<T>(stats)?,
+            None => SysfsGroup::empty(),
+        };
         // SAFETY: FFI call; the size covers `Self`, whose first field is the `ib_device`.
         let ib = unsafe { bindings::ib_alloc_device(size_of::<Self>()) };
         if ib.is_null() {
@@ -375,24 +693,26 @@ impl<T: Driver> Device<T> {
             unsafe { bindings::ib_dealloc_device(ib) };
             return Err(e);
         }
-        // SAFETY: `this` is exclusively ours; `data` is initialised, so the device may be listed
-        // (it is delisted in `dealloc_driver_cb`, which every path below reaches).
-        let ret = unsafe { bindings::devs_add(ib, addr_of_mut!((*this).list_id)) };
-        if ret != 0 {
-            // SAFETY: `data` is initialised and no ops are installed: drop it, then free.
+        // SAFETY: As above; the group is written in place, at its final address.
+        unsafe { addr_of_mut!((*this).sysfs).write(sysfs) };
+        // `data` is initialised, so the device may be listed (it is delisted in
+        // `dealloc_driver_cb`, which every path below reaches).
+        let listed = DEVICES.lock().push(Listed(ib), GFP_KERNEL);
+        if let Err(e) = listed {
+            // SAFETY: `data` and `sysfs` are initialised and no ops are installed: drop them,
+            // then free.
             unsafe {
                 core::ptr::drop_in_place(addr_of_mut!((*this).data));
+                core::ptr::drop_in_place(addr_of_mut!((*this).sysfs));
                 bindings::ib_dealloc_device(ib);
             }
-            return Err(Error::from_errno(ret));
+            return Err(e.into());
         }
         let mut ops = Self::OPS;
         ops.owner = new.owner.as_ptr();
-        // SAFETY: FFI calls; the group is static, and the reader is valid for as long as
-        // devices of this driver (and so their sysfs files) exist.
-        unsafe {
-            ops.device_group = bindings::odp_group();
-            bindings::set_odp_reader(Some(Self::odp_stat_cb));
+        if T::SYSFS_STATS.is_some() {
+            // SAFETY: The group lives in the device, which outlives its sysfs files.
+            ops.device_group = unsafe { &raw const (*this).sysfs.group };
         }
         // SAFETY: `ib` is a valid, unregistered device that we own; `data` is initialised, so the
         // `dealloc_driver` op installed here may drop it. `ib_set_device_ops` copies `ops`.
@@ -401,17 +721,15 @@ impl<T: Driver> Device<T> {
             (*ib).phys_port_cnt = 1;
             (*ib).num_comp_vectors = 1;
             (*ib).local_dma_lkey = 0;
-            (*ib).node_guid = u64::from_ne_bytes(new.netdev.eui64());
+            (*ib).node_guid = new.node_guid_be;
             let desc = new.node_desc.to_bytes();
             let n = desc.len().min((*ib).node_desc.len() - 1);
             for (d, s) in (*ib).node_desc.iter_mut().zip(&desc[..n]) {
                 *d = *s as _;
             }
-            // Legacy write commands ib_core leaves off by default: the rxe provider rings its
-            // send doorbell with POST_SEND and arms CQs with REQ_NOTIFY_CQ.
-            (*ib).uverbs_cmd_mask |= 1
-                << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND
-                | 1 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ;
+            for cmd in T::WRITE_CMDS {
+                (*ib).uverbs_cmd_mask |= 1u64 << cmd;
+            }
             bindings::mark_name_assigned_by_user(ib);
             bindings::ib_set_device_ops(ib, &ops);
         }
@@ -445,6 +763,32 @@ impl<T: Driver> Device<T> {
         unsafe { NetDevRef::from_raw(bindings::ib_device_get_netdev(self.as_raw(), port)) }
     }
 
+    /// The speed and width (`IB_SPEED_*`, `IB_WIDTH_*`) that match the Ethernet link speed of
+    /// the netdev of `port`; SDR x1 when it is unknown.
+    pub(crate) fn eth_speed(&self, port: u32) -> (u16, u8) {
+        let (mut speed, mut width) = (
+            bindings::ib_port_speed_IB_SPEED_SDR as u16,
+            bindings::ib_port_width_IB_WIDTH_1X as u8,
+        );
+        // SAFETY: The device is live; the out-pointers are valid locals. On failure the core
+        // leaves them as they are.
+        unsafe { bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) };
+        (speed, width)
+    }
+
+    /// Calls `f` with each registered device of this driver until it returns `Some`; returns
+    /// that.
+    ///
+    /// The devices cannot go away during the call; `f` should only take references it needs.
+    pub(crate) fn find_map<R>(mut f: impl FnMut(&Self) -> Option<R>) -> Option<R> {
+        let list = DEVICES.lock();
+        list.iter().find_map(|d| {
+            // SAFETY: Listed devices are this driver's and their data is live while the lock
+            // is held (they leave the list in `dealloc_driver` before their data is dropped).
+            f(unsafe { Self::from_raw(d.0) })
+        })
+    }
+
     /// Returns the device for an `ib_device` that ib_core passed to a callback.
     ///
     /// # Safety
@@ -455,54 +799,58 @@ impl<T: Driver> Device<T> {
         unsafe { &*ib.cast::<Self>() }
     }
 
-    /// The ops table; `owner` is filled in per device.
+    /// The ops table; `owner` and `device_group` are filled in per device. Optional ops stay
+    /// NULL unless the driver implements them.
     const OPS: bindings::ib_device_ops = bindings::ib_device_ops {
-        driver_id: bindings::rdma_driver_id_RDMA_DRIVER_RXE,
-        uverbs_abi_ver: RXE_UVERBS_ABI_VERSION,
+        driver_id: T::DRIVER_ID as u32,
+        uverbs_abi_ver: T::UVERBS_ABI_VER,
         query_device: Some(Self::query_device_cb),
         query_port: Some(Self::query_port_cb),
-        query_pkey: Some(Self::query_pkey_cb),
+        query_pkey: op_if!(T::HAS_QUERY_PKEY, Self::query_pkey_cb),
         get_port_immutable: Some(Self::get_port_immutable_cb),
-        get_link_layer: Some(Self::get_link_layer_cb),
-        alloc_ucontext: Some(Self::alloc_ucontext_cb),
-        dealloc_ucontext: Some(Self::dealloc_ucontext_cb),
-        disassociate_ucontext: Some(Self::disassociate_ucontext_cb),
+        get_link_layer: op_if!(T::HAS_GET_LINK_LAYER, Self::get_link_layer_cb),
+        alloc_ucontext: op_if!(T::HAS_ALLOC_UCONTEXT, Self::alloc_ucontext_cb),
+        dealloc_ucontext: op_if!(T::HAS_ALLOC_UCONTEXT, Self::dealloc_ucontext_cb),
+        disassociate_ucontext: op_if!(T::HAS_DISASSOCIATE_UCONTEXT, Self::disassociate_ucontext_cb),
+        mmap: op_if!(T::HAS_ALLOC_UCONTEXT, mmap::mmap_cb),
+        mmap_free: op_if!(T::HAS_ALLOC_UCONTEXT, mmap::mmap_free_cb),
         alloc_pd: Some(Self::alloc_pd_cb),
         dealloc_pd: Some(Self::dealloc_pd_cb),
-        mmap: Some(mmap::mmap_cb),
-        mmap_free: Some(mmap::mmap_free_cb),
         dealloc_driver: Some(Self::dealloc_driver_cb),
         create_cq: Some(Self::create_cq_cb),
-        resize_user_cq: Some(Self::resize_cq_cb),
+        resize_user_cq: op_if!(T::HAS_RESIZE_CQ, Self::resize_cq_cb),
         req_notify_cq: Some(Self::req_notify_cq_cb),
         destroy_cq: Some(Self::destroy_cq_cb),
         reg_user_mr: Some(Self::reg_user_mr_cb),
         dereg_mr: Some(Self::dereg_mr_cb),
-        rereg_user_mr: Some(Self::rereg_user_mr_cb),
-        alloc_mw: Some(Self::alloc_mw_cb),
-        dealloc_mw: Some(Self::dealloc_mw_cb),
-        create_ah: Some(Self::create_ah_cb),
-        create_user_ah: Some(Self::create_ah_cb),
-        destroy_ah: Some(Self::destroy_ah_cb),
-        create_srq: Some(Self::create_srq_cb),
-        modify_srq: Some(Self::modify_srq_cb),
-        query_srq: Some(Self::query_srq_cb),
-        destroy_srq: Some(Self::destroy_srq_cb),
+        rereg_user_mr: op_if!(T::HAS_REREG_USER_MR, Self::rereg_user_mr_cb),
+        alloc_mw: op_if!(T::HAS_ALLOC_MW, Self::alloc_mw_cb),
+        dealloc_mw: op_if!(T::HAS_ALLOC_MW, Self::dealloc_mw_cb),
+        create_ah: op_if!(T::HAS_CREATE_AH, Self::create_ah_cb),
+        create_user_ah: op_if!(T::HAS_CREATE_AH, Self::create_ah_cb),
+        destroy_ah: op_if!(T::HAS_CREATE_AH, Self::destroy_ah_cb),
+        create_srq: op_if!(T::HAS_CREATE_SRQ, Self::create_srq_cb),
+        modify_srq: op_if!(T::HAS_MODIFY_SRQ, Self::modify_srq_cb),
+        query_srq: op_if!(T::HAS_QUERY_SRQ, Self::query_srq_cb),
+        destroy_srq: op_if!(T::HAS_CREATE_SRQ, Self::destroy_srq_cb),
         create_qp: Some(Self::create_qp_cb),
         modify_qp: Some(Self::modify_qp_cb),
-        query_qp: Some(Self::query_qp_cb),
+        query_qp: op_if!(T::HAS_QUERY_QP, Self::query_qp_cb),
         destroy_qp: Some(Self::destroy_qp_cb),
         post_send: Some(Self::post_send_cb),
         post_recv: Some(Self::post_recv_cb),
         poll_cq: Some(Self::poll_cq_cb),
         get_dma_mr: Some(Self::get_dma_mr_cb),
-        attach_mcast: Some(Self::attach_mcast_cb),
-        advise_mr: Some(Self::advise_mr_cb),
-        detach_mcast: Some(Self::detach_mcast_cb),
-        alloc_hw_port_stats: Some(Self::alloc_hw_port_stats_cb),
-        get_hw_stats: Some(Self::get_hw_stats_cb),
-        fill_res_mr_entry: Some(Self::fill_res_mr_entry_cb),
-        fill_stat_mr_entry: Some(Self::fill_stat_mr_entry_cb),
+        attach_mcast: op_if!(T::HAS_ATTACH_MCAST, Self::attach_mcast_cb),
+        detach_mcast: op_if!(T::HAS_DETACH_MCAST, Self::detach_mcast_cb),
+        advise_mr: op_if!(T::HAS_ADVISE_MR, Self::advise_mr_cb),
+        alloc_hw_port_stats: op_if!(T::HAS_COUNTERS, Self::alloc_hw_port_stats_cb),
+        get_hw_stats: op_if!(T::HAS_COUNTERS, Self::get_hw_stats_cb),
+        fill_res_mr_entry: op_if!(
+            T::HAS_MR_ODP_KIND || T::HAS_MR_WINDOWS,
+            Self::fill_res_mr_entry_cb
+        ),
+        fill_stat_mr_entry: op_if!(T::HAS_MR_ODP_STATS, Self::fill_stat_mr_entry_cb),
         size_ib_ucontext: size_of::<UContext<T>>(),
         size_ib_pd: size_of::<Pd<T>>(),
         size_ib_cq: size_of::<Cq<T>>(),
@@ -515,15 +863,27 @@ impl<T: Driver> Device<T> {
         ..unsafe { core::mem::zeroed() }
     };
 
-    /// Reads ODP counter `idx` of a device for its `odp_stats` sysfs files.
+    /// Shows one counter file of the device's [`SysfsGroup`].
     ///
     /// # Safety
     ///
-    /// Called by the sysfs show functions of a registered device of this driver.
-    unsafe extern "C" fn odp_stat_cb(ib: *mut bindings::ib_device, idx: c_uint) -> u64 {
-        // SAFETY: Per the function's safety requirements.
-        let dev = unsafe { Device::<T>::from_raw(ib) };
-        T::odp_stats(dev).get(idx as usize).copied().unwrap_or(0)
+    /// Called by sysfs for a counter file of a registered device of this driver.
+    unsafe extern "C" fn sysfs_show_cb(
+        d: *mut bindings::device,
+        attr: *mut bindings::device_attribute,
+        buf: *mut c_char,
+    ) -> isize {
+        // SAFETY: The files are in the directory of an `ib_core_device` (`rdma_device_to_ibdev`)
+        // whose owner is a device of this driver, live while its files are; `attr` is the first
+        // field of a `StatAttr`.
+        let (dev, index) = unsafe {
+            let core = kernel::container_of!(d, bindings::ib_core_device, dev);
+            let sa = kernel::container_of!(attr, StatAttr, attr);
+            (Device::<T>::from_raw((*core).owner), (*sa).index)
+        };
+        let v: u64 = T::sysfs_stat(dev, index);
+        // SAFETY: `buf` is the page sysfs provides; the format takes one `u64`.
+        unsafe { bindings::sysfs_emit(buf, c"%llu\n".as_char_ptr(), v) as isize }
     }
 
     /// # Safety
@@ -534,75 +894,55 @@ impl<T: Driver> Device<T> {
         attr: *mut bindings::ib_device_attr,
         udata: *mut bindings::ib_udata,
     ) -> c_int {
-        // SAFETY: Per the function's safety requirements.
-        let dev = unsafe { Device::<T>::from_raw(ib) };
-        // SAFETY: `udata` is null or valid for the call.
-        if !udata.is_null() && unsafe { (*udata).inlen != 0 || (*udata).outlen != 0 } {
-            return EINVAL.to_errno();
-        }
-        let a = T::query_device(dev);
-        // SAFETY: `attr` is valid for writes; ib_core zeroed it before the call.
-        unsafe {
-            (*attr).sys_image_guid = a.sys_image_guid_be;
-            (*attr).max_mr_size = a.max_mr_size;
-            (*attr).page_size_cap = a.page_size_cap;
-            (*attr).vendor_id = a.vendor_id;
-            (*attr).vendor_part_id = a.vendor_part_id;
-            (*attr).hw_ver = a.hw_ver;
-            (*attr).max_pd = a.max_pd;
-            (*attr).max_pkeys = a.max_pkeys;
-            (*attr).kernel_cap_flags = if a.allow_user_unreg {
-                bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64
-            } else {
-                0
-            };
-            if a.odp {
-                (*attr).kernel_cap_flags |=
-                    bindings::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
+        from_result(|| {
+            // SAFETY: Per the function's safety requirements.
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            // SAFETY: `udata` is null or valid for the call.
+            let u = unsafe { Udata::from_raw(udata) };
+            let a = T::query_device(dev, u.as_ref())?;
+            // SAFETY: `attr` is valid for writes; ib_core zeroed it before the call.
+            unsafe {
+                (*attr).sys_image_guid = a.sys_image_guid_be;
+                (*attr).max_mr_size = a.max_mr_size;
+                (*attr).page_size_cap = a.page_size_cap;
+                (*attr).vendor_id = a.vendor_id;
+                (*attr).vendor_part_id = a.vendor_part_id;
+                (*attr).hw_ver = a.hw_ver;
+                (*attr).max_pd = a.max_pd;
+                (*attr).max_pkeys = a.max_pkeys;
+                (*attr).kernel_cap_flags = a.kernel_cap_flags;
                 let c = &mut (*attr).odp_caps;
-                c.general_caps = bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64;
-                if a.odp_implicit {
-                    c.general_caps |=
-                        bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT_IMPLICIT as u64;
-                }
-                let (send, recv, write, read, atomic, srq) = (
-                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND,
-                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV,
-                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE,
-                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ,
-                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC,
-                    bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV,
-                );
-                c.per_transport_caps.rc_odp_caps = send | recv | write | read | atomic | srq;
-                c.per_transport_caps.ud_odp_caps = send | recv | srq;
+                c.general_caps = a.odp_general_caps;
+                c.per_transport_caps.rc_odp_caps = a.rc_odp_caps;
+                c.per_transport_caps.ud_odp_caps = a.ud_odp_caps;
+                (*attr).device_cap_flags = a.device_cap_flags;
+                (*attr).max_qp = a.max_qp as _;
+                (*attr).max_qp_wr = a.max_qp_wr as _;
+                (*attr).max_send_sge = a.max_sge as _;
+                (*attr).max_recv_sge = a.max_sge as _;
+                (*attr).max_sge_rd = a.max_sge_rd as _;
+                (*attr).max_cq = a.max_cq as _;
+                (*attr).max_cqe = a.max_cqe as _;
+                (*attr).max_mr = a.max_mr as _;
+                (*attr).max_mw = a.max_mw as _;
+                (*attr).max_qp_rd_atom = a.max_qp_rd_atom as _;
+                (*attr).max_qp_init_rd_atom = a.max_qp_init_rd_atom as _;
+                (*attr).max_res_rd_atom = a.max_res_rd_atom as _;
+                (*attr).max_srq = a.max_srq as _;
+                (*attr).max_srq_wr = a.max_srq_wr as _;
+                (*attr).max_srq_sge = a.max_srq_sge as _;
+                (*attr).max_ah = a.max_ah as _;
+                (*attr).max_mcast_grp = a.max_mcast_grp as _;
+                (*attr).max_mcast_qp_attach = a.max_mcast_qp_attach as _;
+                (*attr).max_total_mcast_qp_attach = a.max_total_mcast_qp_attach as _;
+                (*attr).atomic_cap = if a.atomic_hca {
+                    bindings::ib_atomic_cap_IB_ATOMIC_HCA
+                } else {
+                    bindings::ib_atomic_cap_IB_ATOMIC_NONE
+                };
             }
-            (*attr).device_cap_flags = a.device_cap_flags;
-            (*attr).max_qp = a.max_qp as _;
-            (*attr).max_qp_wr = a.max_qp_wr as _;
-            (*attr).max_send_sge = a.max_sge as _;
-            (*attr).max_recv_sge = a.max_sge as _;
-            (*attr).max_sge_rd = a.max_sge_rd as _;
-            (*attr).max_cq = a.max_cq as _;
-            (*attr).max_cqe = a.max_cqe as _;
-            (*attr).max_mr = a.max_mr as _;
-            (*attr).max_mw = a.max_mw as _;
-            (*attr).max_qp_rd_atom = a.max_qp_rd_atom as _;
-            (*attr).max_qp_init_rd_atom = a.max_qp_init_rd_atom as _;
-            (*attr).max_res_rd_atom = a.max_res_rd_atom as _;
-            (*attr).max_srq = a.max_srq as _;
-            (*attr).max_srq_wr = a.max_srq_wr as _;
-            (*attr).max_srq_sge = a.max_srq_sge as _;
-            (*attr).max_ah = a.max_ah as _;
-            (*attr).max_mcast_grp = a.max_mcast_grp as _;
-            (*attr).max_mcast_qp_attach = a.max_mcast_qp_attach as _;
-            (*attr).max_total_mcast_qp_attach = a.max_total_mcast_qp_attach as _;
-            (*attr).atomic_cap = if a.atomic_hca {
-                bindings::ib_atomic_cap_IB_ATOMIC_HCA
-            } else {
-                bindings::ib_atomic_cap_IB_ATOMIC_NONE
-            };
-        }
-        0
+            Ok(0)
+        })
     }
 
     /// # Safety
@@ -614,17 +954,9 @@ impl<T: Driver> Device<T> {
         attr: *mut bindings::ib_port_attr,
     ) -> c_int {
         from_result(|| {
-            if port != 1 {
-                return Err(EINVAL);
-            }
             // SAFETY: Per the function's safety requirements.
             let dev = unsafe { Device::<T>::from_raw(ib) };
             let a = T::query_port(dev, port)?;
-            let mut speed = 0u16;
-            let mut width = 0u8;
-            // SAFETY: `ib` is live; the out-pointers are valid locals. On failure the core
-            // leaves the SDR x1 defaults, which is what an unknown link speed should show.
-            unsafe { bindings::ib_get_eth_speed(ib, port, &mut speed, &mut width) };
             // SAFETY: `attr` is valid for writes; ib_core zeroed it before the call.
             unsafe {
                 (*attr).state = if a.active {
@@ -641,12 +973,12 @@ impl<T: Driver> Device<T> {
                 (*attr).active_mtu = a.active_mtu;
                 (*attr).phys_mtu = a.phys_mtu;
                 (*attr).gid_tbl_len = a.gid_tbl_len;
-                (*attr).port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
+                (*attr).port_cap_flags = a.port_cap_flags;
                 (*attr).max_msg_sz = a.max_msg_sz;
                 (*attr).pkey_tbl_len = a.pkey_tbl_len;
-                (*attr).max_vl_num = 1;
-                (*attr).active_speed = speed;
-                (*attr).active_width = width;
+                (*attr).max_vl_num = a.max_vl_num;
+                (*attr).active_speed = a.active_speed;
+                (*attr).active_width = a.active_width;
             }
             Ok(0)
         })
@@ -656,18 +988,19 @@ impl<T: Driver> Device<T> {
     ///
     /// ib_core passes a live device of this driver and a valid output pointer.
     unsafe extern "C" fn query_pkey_cb(
-        _ib: *mut bindings::ib_device,
+        ib: *mut bindings::ib_device,
         port: u32,
         index: u16,
         pkey: *mut u16,
     ) -> c_int {
-        // One entry: the default full-membership P_Key, as RoCE uses.
-        if port != 1 || index != 0 {
-            return EINVAL.to_errno();
-        }
-        // SAFETY: `pkey` is valid for writes.
-        unsafe { *pkey = 0xffff };
-        0
+        from_result(|| {
+            // SAFETY: Per the function's safety requirements.
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            let v = T::query_pkey(dev, port, index)?;
+            // SAFETY: `pkey` is valid for writes.
+            unsafe { *pkey = v };
+            Ok(0)
+        })
     }
 
     /// # Safety
@@ -679,18 +1012,15 @@ impl<T: Driver> Device<T> {
         imm: *mut bindings::ib_port_immutable,
     ) -> c_int {
         from_result(|| {
-            if port != 1 {
-                return Err(EINVAL);
-            }
             // SAFETY: Per the function's safety requirements.
             let dev = unsafe { Device::<T>::from_raw(ib) };
-            let a = T::query_port(dev, port)?;
+            let a = T::get_port_immutable(dev, port)?;
             // SAFETY: `imm` is valid for writes.
             unsafe {
-                (*imm).core_cap_flags = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+                (*imm).core_cap_flags = a.core_cap_flags;
                 (*imm).pkey_tbl_len = a.pkey_tbl_len.into();
                 (*imm).gid_tbl_len = a.gid_tbl_len;
-                (*imm).max_mad_size = bindings::IB_MGMT_MAD_SIZE as u32;
+                (*imm).max_mad_size = a.max_mad_size;
             }
             Ok(0)
         })
@@ -698,12 +1028,14 @@ impl<T: Driver> Device<T> {
 
     /// # Safety
     ///
-    /// Called by ib_core for a live device.
+    /// Called by ib_core for a live device of this driver.
     unsafe extern "C" fn get_link_layer_cb(
-        _ib: *mut bindings::ib_device,
-        _port: u32,
+        ib: *mut bindings::ib_device,
+        port: u32,
     ) -> bindings::rdma_link_layer {
-        bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+        // SAFETY: Per the function's safety requirements.
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        T::get_link_layer(dev, port) as bindings::rdma_link_layer
     }
 
     /// # Safety
@@ -727,16 +1059,17 @@ impl<T: Driver> Device<T> {
     ///
     /// `uctx` was set up by `alloc_ucontext_cb` and is not used after this call.
     unsafe extern "C" fn dealloc_ucontext_cb(uctx: *mut bindings::ib_ucontext) {
-        // SAFETY: Per the function's safety requirements.
+        // SAFETY: Per the safety requirements.
         unsafe { UContext::<T>::drop_data(uctx) };
     }
 
     /// # Safety
     ///
-    /// Called by ib_core for a live context while the device goes away.
-    unsafe extern "C" fn disassociate_ucontext_cb(_uctx: *mut bindings::ib_ucontext) {
-        // The core zaps the context's mmaps itself and fails later calls; rodp keeps no
-        // per-context hardware state to release early.
+    /// Called by ib_core for a context set up by `alloc_ucontext_cb` while the device goes
+    /// away.
+    unsafe extern "C" fn disassociate_ucontext_cb(uctx: *mut bindings::ib_ucontext) {
+        // SAFETY: Per the safety requirements; the context is live until `dealloc_ucontext`.
+        T::disassociate_ucontext(unsafe { UContext::<T>::from_raw(uctx) });
     }
 
     /// # Safety
@@ -766,7 +1099,7 @@ impl<T: Driver> Device<T> {
         pd: *mut bindings::ib_pd,
         _udata: *mut bindings::ib_udata,
     ) -> c_int {
-        // SAFETY: Per the function's safety requirements.
+        // SAFETY: Per the safety requirements.
         unsafe { Pd::<T>::drop_data(pd) };
         0
     }
@@ -775,17 +1108,26 @@ impl<T: Driver> Device<T> {
     ///
     /// Called once by ib_core (from `ib_dealloc_device`) after the last op; `ib` is ours.
     unsafe extern "C" fn dealloc_driver_cb(ib: *mut bindings::ib_device) {
+        {
+            let mut list = DEVICES.lock();
+            list.retain(|d| d.0 != ib);
+            if list.is_empty() {
+                // Give the buffer back: the static list is not dropped at module exit.
+                *list = KVec::new();
+            }
+        }
         let this = ib.cast::<Self>();
-        // SAFETY: `data` was initialised and the device listed before the ops were installed
-        // (type invariant); after delisting, nothing reaches the data any more.
+        // SAFETY: `data` and `sysfs` were initialised and the device listed before the ops were
+        // installed (type invariant); after delisting, nothing reaches the data any more, and
+        // the sysfs files are gone with the registration.
         unsafe {
-            bindings::devs_del((*this).list_id);
             core::ptr::drop_in_place(addr_of_mut!((*this).data));
+            core::ptr::drop_in_place(addr_of_mut!((*this).sysfs));
         }
     }
 }
 
-/// A registered device of the RXE driver id, referenced (`ib_device_get_by_netdev`).
+/// A registered device of a driver id, referenced (`ib_device_get_by_netdev`).
 ///
 /// # Invariants
 ///
@@ -793,21 +1135,16 @@ impl<T: Driver> Device<T> {
 pub(crate) struct BoundDevice(*mut bindings::ib_device);
 
 impl BoundDevice {
-    /// The RXE-ABI device bound to `ndev`, if any: rodp's own or kernel rxe's.
-    pub(crate) fn on(ndev: &NetDev) -> Option<Self> {
+    /// The device of driver id `id` bound to `ndev`, if any (of this module or another).
+    pub(crate) fn on(ndev: &NetDev, id: DriverId) -> Option<Self> {
         // SAFETY: `ndev` is live; a non-null result carries a device reference.
-        let ib = unsafe {
-            bindings::ib_device_get_by_netdev(
-                ndev.as_raw(),
-                bindings::rdma_driver_id_RDMA_DRIVER_RXE,
-            )
-        };
+        let ib = unsafe { bindings::ib_device_get_by_netdev(ndev.as_raw(), id as u32) };
         // INVARIANT: The reference is handed to the new object; a null pointer never makes one
         // (`then`, not `then_some`, which would build and drop a `Self(null)`).
         (!ib.is_null()).then(|| Self(ib))
     }
 
-    /// Whether `owner` registered the device (rodp's devices carry rodp as owner).
+    /// Whether `owner` registered the device.
     pub(crate) fn is_owned_by(&self, owner: &ThisModule) -> bool {
         // SAFETY: The device is referenced (type invariant); `ops` is fixed after registration.
         unsafe { (*self.0).ops.owner == owner.as_ptr() }
@@ -827,10 +1164,10 @@ impl Drop for BoundDevice {
     }
 }
 
-/// Unregisters every device of the RXE driver id; waits until each is gone.
+/// Unregisters every device of driver id `id`; waits until each is gone.
 ///
-/// Only called at module exit, when no rxe module is loaded (so all such devices are ours).
-pub(crate) fn unregister_all() {
+/// The caller makes sure that all such devices are its own.
+pub(crate) fn unregister_all(id: DriverId) {
     // SAFETY: FFI call; ib_core serialises against concurrent unregistration.
-    unsafe { bindings::ib_unregister_driver(bindings::rdma_driver_id_RDMA_DRIVER_RXE) };
+    unsafe { bindings::ib_unregister_driver(id as u32) };
 }

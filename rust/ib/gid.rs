@@ -5,7 +5,7 @@
 
 use super::device::{Device, Driver};
 use crate::bindings;
-use kernel::prelude::*;
+use kernel::{error::from_err_ptr, prelude::*};
 
 impl<T: Driver> Device<T> {
     /// The GID at `index` of port 1.
@@ -20,38 +20,54 @@ impl<T: Driver> Device<T> {
         Ok(unsafe { *gid.raw })
     }
 
+    /// Whether the device's GID table holds `gid` (as a RoCEv2 or RoCEv1 entry).
+    fn has_gid(&self, gid: &[u8; 16]) -> bool {
+        [
+            bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+            bindings::ib_gid_type_IB_GID_TYPE_IB,
+        ]
+        .into_iter()
+        .any(|ty| {
+            // SAFETY: The device is live; `gid` is 16 readable bytes, the layout of `ib_gid`.
+            let attr = unsafe {
+                bindings::rdma_find_gid(
+                    self.as_raw(),
+                    gid.as_ptr().cast(),
+                    ty,
+                    core::ptr::null_mut(),
+                )
+            };
+            match from_err_ptr(attr.cast_mut()) {
+                Ok(attr) => {
+                    // SAFETY: `rdma_find_gid` returned a referenced entry.
+                    unsafe { bindings::rdma_put_gid_attr(attr) };
+                    true
+                }
+                Err(_) => false,
+            }
+        })
+    }
+
     /// Calls `f` with the registered device of this driver whose GID table holds `gid`.
     ///
     /// The device cannot go away during the call; `f` should only take references it needs.
     pub(crate) fn with_gid_owner<R>(gid: &[u8; 16], f: impl FnOnce(&Self) -> R) -> Option<R> {
-        // SAFETY: FFI call; released below.
-        unsafe { bindings::devs_lock() };
-        // SAFETY: The lock is held; `gid` is 16 readable bytes.
-        let ib = unsafe { bindings::devs_find_gid_locked(gid.as_ptr()) };
-        // SAFETY: Listed devices are ours and their data is live while the lock is held
-        // (they leave the list in `dealloc_driver` before their data is dropped).
-        let r = (!ib.is_null()).then(|| f(unsafe { Self::from_raw(ib) }));
-        // SAFETY: Taken above.
-        unsafe { bindings::devs_unlock() };
-        r
+        let mut f = Some(f);
+        Self::find_map(|dev| {
+            if dev.has_gid(gid) {
+                f.take().map(|f| f(dev))
+            } else {
+                None
+            }
+        })
     }
 
     /// Calls `f` with every registered device of this driver (under the same rules as
     /// [`Device::with_gid_owner`]).
     pub(crate) fn for_each(mut f: impl FnMut(&Self)) {
-        let mut idx: c_ulong = 0;
-        // SAFETY: FFI call; released below.
-        unsafe { bindings::devs_lock() };
-        loop {
-            // SAFETY: The lock is held; `idx` is a valid cursor.
-            let ib = unsafe { bindings::devs_next_locked(&mut idx) };
-            if ib.is_null() {
-                break;
-            }
-            // SAFETY: As in `with_gid_owner`.
-            f(unsafe { Self::from_raw(ib) });
-        }
-        // SAFETY: Taken above.
-        unsafe { bindings::devs_unlock() };
+        Self::find_map(|dev| -> Option<()> {
+            f(dev);
+            None
+        });
     }
 }

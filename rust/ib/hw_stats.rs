@@ -28,6 +28,11 @@ impl StatDesc {
             priv_: core::ptr::null(),
         })
     }
+
+    /// The name, a static C string.
+    pub(super) fn name(&self) -> *const c_char {
+        self.0.name
+    }
 }
 
 impl<T: Driver> Device<T> {

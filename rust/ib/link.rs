@@ -45,11 +45,12 @@ unsafe impl<T: Link> Send for Registration<T> {}
 unsafe impl<T: Link> Sync for Registration<T> {}
 
 impl<T: Link> Registration<T> {
-    /// Registers the notifiers, then the link type.
+    /// Registers the notifiers, then the link type; first makes the list of devices ready.
     ///
     /// Only the netdev notifier can fail (when a replayed event is refused), so it goes first:
     /// an error leaves nothing registered behind.
     pub(crate) fn new() -> impl PinInit<Self, Error> {
+        super::device::init_device_list();
         try_pin_init!(Self {
             netdev_nb <- Opaque::try_ffi_init(|nb: *mut bindings::notifier_block| {
                 // SAFETY: `nb` is pinned memory that outlives the registration (dropped in

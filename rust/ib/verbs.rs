@@ -250,6 +250,8 @@ pub(crate) struct QpInit {
     pub(crate) has_srq: bool,
     /// `create_flags`, none of which rodp supports.
     pub(crate) create_flags: u32,
+    /// Whether an XRC domain or a receive WQ indirection table is attached.
+    pub(crate) has_xrcd_or_rwq_ind_tbl: bool,
 }
 
 impl QpInit {
@@ -261,6 +263,7 @@ impl QpInit {
             sig_all: a.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR,
             has_srq: !a.srq.is_null(),
             create_flags: a.create_flags,
+            has_xrcd_or_rwq_ind_tbl: !a.xrcd.is_null() || !a.rwq_ind_tbl.is_null(),
         })
     }
 
@@ -406,6 +409,14 @@ impl SrqAttr {
         a.max_sge = self.max_sge;
         a.srq_limit = self.srq_limit;
     }
+}
+
+/// SRQ types (`enum ib_srq_type`).
+pub(crate) mod srq_type {
+    use crate::bindings;
+
+    /// A plain shared receive queue.
+    pub(crate) const BASIC: u32 = bindings::ib_srq_type_IB_SRQT_BASIC;
 }
 
 /// Bits of `enum ib_srq_attr_mask`.
@@ -777,6 +788,14 @@ pub(crate) enum Advice {
     PrefetchWrite,
     /// Map what is present, without faulting.
     PrefetchNoFault,
+}
+
+/// Bits of the flags of `ibv_advise_mr` (`enum ib_uverbs_advise_mr_flag`).
+pub(crate) mod advise_flags {
+    use crate::bindings;
+
+    /// Finish before returning.
+    pub(crate) const FLUSH: u32 = bindings::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH;
 }
 
 impl Advice {

@@ -4,28 +4,48 @@
 //! run on it, and module unload drains it. The kernel crate only wraps the system queues.
 
 use crate::bindings;
-use kernel::{prelude::*, workqueue::Queue};
+use kernel::{
+    prelude::*,
+    sync::atomic::{Acquire, Atomic, Full, Release},
+    workqueue::Queue,
+};
+
+/// The module's workqueue while a [`ModuleQueue`] exists, null otherwise.
+static WQ: Atomic<*mut bindings::workqueue_struct> = Atomic::new(core::ptr::null_mut());
 
 /// Ownership of the module's workqueue: created at load, drained and destroyed on drop.
 ///
 /// # Invariants
 ///
-/// While a `ModuleQueue` exists, the helper's static workqueue pointer is valid.
+/// While a `ModuleQueue` exists, `WQ` holds a valid workqueue that it owns.
 pub(crate) struct ModuleQueue(());
 
 impl ModuleQueue {
-    /// Allocates the workqueue; only one may exist.
+    /// Allocates the workqueue; fails with `EBUSY` when one exists already.
     pub(crate) fn new() -> Result<Self> {
-        // SAFETY: FFI call; called once from module init.
-        kernel::error::to_result(unsafe { bindings::wq_create() })?;
+        // SAFETY: FFI call; the name is a static C string.
+        let wq = unsafe {
+            bindings::alloc_workqueue(c"rodp".as_char_ptr(), bindings::wq_flags_WQ_UNBOUND)
+        };
+        if wq.is_null() {
+            return Err(ENOMEM);
+        }
+        if WQ.cmpxchg(core::ptr::null_mut(), wq, Release).is_err() {
+            // SAFETY: The queue is ours and unused.
+            unsafe { bindings::destroy_workqueue(wq) };
+            return Err(EBUSY);
+        }
+        // INVARIANT: `WQ` now holds the new queue.
         Ok(Self(()))
     }
 }
 
 impl Drop for ModuleQueue {
     fn drop(&mut self) {
-        // SAFETY: Destroyed once; `destroy_workqueue` waits for queued and running work.
-        unsafe { bindings::wq_destroy() };
+        let wq = WQ.xchg(core::ptr::null_mut(), Full);
+        // SAFETY: The queue is ours (type invariant); `destroy_workqueue` waits for queued and
+        // running work.
+        unsafe { bindings::destroy_workqueue(wq) };
     }
 }
 
@@ -35,5 +55,5 @@ impl Drop for ModuleQueue {
 /// the [`ModuleQueue`] in the module's state exists.
 pub(crate) fn get() -> &'static Queue {
     // SAFETY: The pointer is valid from module init to module exit (see above).
-    unsafe { Queue::from_raw(bindings::wq().cast()) }
+    unsafe { Queue::from_raw(WQ.load(Acquire).cast()) }
 }
