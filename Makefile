@@ -22,7 +22,7 @@ MODULE_OUTPUTS := *.o *.ko *.mod *.mod.c *.cmd *.a *.d modules.order Module.symv
 	bindings_generated.rs helpers_generated.rs
 clean_module = $(if $(KDIR_BUILT),$(call kmake,$(KDIR_BUILT)) clean,find . -name .git -prune \
 	-o -name selftests -prune -o -type f \( $(foreach f,$(MODULE_OUTPUTS),-name '$(f)' -o) \
-	-false \) -print -delete)
+	-false \) -exec rm -f {} +)
 
 .PHONY: all modules clean setup kernel rootfs selftests run check bench fmt fmt-check
 
