@@ -3,13 +3,26 @@
 # guest with rodp0; `make check` runs every test in the guest.
 
 # Evaluated once, on first use: asking scripts/kernel.sh builds the kernel if it is missing.
+# KDIR_BUILT only looks (empty when that kernel is not built): for what must never start a
+# kernel build (clean).
 ifeq ($(origin KDIR),undefined)
 KDIR = $(eval KDIR := $$(shell scripts/kernel.sh))$(KDIR)
+KDIR_BUILT = $(eval KDIR_BUILT := $$(shell scripts/kernel.sh --lookup))$(KDIR_BUILT)
+else
+KDIR_BUILT = $(KDIR)
 endif
 LLVM ?= -19
 RUSTC ?= /usr/bin/rustc
 export PATH := $(HOME)/.cargo/bin:$(PATH)
-KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC)
+kmake = $(MAKE) -C $(1) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC)
+KMAKE = $(call kmake,$(KDIR))
+# What a module build leaves in this tree (.gitignore lists the same): without a kernel build
+# to run Kbuild's clean, clean removes these by name.
+MODULE_OUTPUTS := *.o *.ko *.mod *.mod.c *.cmd *.a *.d modules.order Module.symvers \
+	bindings_generated.rs helpers_generated.rs
+clean_module = $(if $(KDIR_BUILT),$(call kmake,$(KDIR_BUILT)) clean,find . -name .git -prune \
+	-o -name selftests -prune -o -type f \( $(foreach f,$(MODULE_OUTPUTS),-name '$(f)' -o) \
+	-false \) -exec rm -f {} +)
 
 .PHONY: all modules clean setup kernel rootfs selftests run check bench fmt fmt-check
 
@@ -20,8 +33,8 @@ modules:
 	$(KMAKE) modules
 
 clean:
-	@test -z "$(KDIR)" || $(KMAKE) clean
-	$(MAKE) -C selftests clean
+	$(clean_module)
+	$(MAKE) -C selftests KDIR=$(KDIR_BUILT) clean
 
 setup:
 	scripts/setup.sh

@@ -14,8 +14,7 @@
 
 FIXTURE(mw) {
 	struct dev d;
-	struct ibv_cq *cq[2];
-	struct ibv_qp *qp[2];
+	struct rc_pair rc;
 	char *src, *mem;
 	struct ibv_mr *src_mr, *mr;
 };
@@ -24,21 +23,12 @@ FIXTURE_SETUP(mw)
 {
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
-	for (int i = 0; i < 2; i++) {
-		self->cq[i] = ibv_create_cq(self->d.ctx, 64, NULL, NULL, 0);
-		ASSERT_NE(NULL, self->cq[i]);
-		self->qp[i] = make_qp(&self->d, self->cq[i], self->cq[i], IBV_QPT_RC, NULL);
-		ASSERT_NE(NULL, self->qp[i]);
-	}
-	for (int i = 0; i < 2; i++)
-		ASSERT_EQ(0, rc_connect(self->qp[i], &self->d, self->qp[!i]->qp_num,
-					&self->d.gid, &rc_default));
-	self->src = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_EQ(0, rc_pair_open(&self->rc, &self->d, NULL, LEN, &rc_default));
+	/* QP 0's buffer: what rc_xfer() writes from and reads into. */
+	self->src = self->rc.buf[0];
+	self->src_mr = self->rc.mr[0];
 	self->mem = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(MAP_FAILED, self->src);
 	ASSERT_NE(MAP_FAILED, self->mem);
-	self->src_mr = ibv_reg_mr(self->d.pd, self->src, LEN, ALL_ACCESS);
-	ASSERT_NE(NULL, self->src_mr);
 	/* No remote rights of its own: only windows open it to peers. */
 	self->mr = ibv_reg_mr(self->d.pd, self->mem, LEN, MR_ACCESS);
 	ASSERT_NE(NULL, self->mr);
@@ -48,39 +38,19 @@ FIXTURE_TEARDOWN(mw)
 {
 	if (self->mr)
 		ibv_dereg_mr(self->mr);
-	if (self->src_mr)
-		ibv_dereg_mr(self->src_mr);
-	for (int i = 0; i < 2; i++) {
-		if (self->qp[i])
-			ibv_destroy_qp(self->qp[i]);
-		if (self->cq[i])
-			ibv_destroy_cq(self->cq[i]);
-	}
-	munmap(self->src, LEN);
+	rc_pair_close(&self->rc);
 	munmap(self->mem, LEN);
 	dev_close(&self->d);
 	sh(NULL, 0, "rdma link delete rodp0");
-}
-
-/* QP 0 runs op between src + off and raddr through rkey; returns the status. */
-static int xfer(FIXTURE_DATA(mw) *self, enum ibv_wr_opcode op, size_t off, uint32_t len,
-		uint64_t raddr, uint32_t rkey)
-{
-	struct ibv_wc wc;
-
-	if (post_send(self->qp[0], op, self->src + off, len, self->src_mr->lkey, raddr, rkey, 0, 1) ||
-	    poll1(self->cq[0], &wc, 20000) != 1)
-		return -1;
-	return wc.status;
 }
 
 static int atomic_add(FIXTURE_DATA(mw) *self, uint64_t raddr, uint32_t rkey, uint64_t add)
 {
 	struct ibv_wc wc;
 
-	if (post_atomic(self->qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->src, self->src_mr->lkey,
+	if (post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->src, self->src_mr->lkey,
 			raddr, rkey, add, 0) ||
-	    poll1(self->cq[0], &wc, 20000) != 1)
+	    poll1(self->rc.cq[0], &wc, 20000) != 1)
 		return -1;
 	return wc.status;
 }
@@ -88,7 +58,7 @@ static int atomic_add(FIXTURE_DATA(mw) *self, uint64_t raddr, uint32_t rkey, uin
 /* After an error completion both QPs are in the error state: start them over. */
 static void reset(FIXTURE_DATA(mw) *self, struct __test_metadata *_metadata)
 {
-	ASSERT_EQ(0, rc_reset_pair(&self->d, self->qp[0], self->qp[1]));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
 }
 
 /* A write of len bytes of pattern seed through (raddr, rkey) that must land at mem + off. */
@@ -96,7 +66,7 @@ static int write_lands(FIXTURE_DATA(mw) *self, uint64_t raddr, uint32_t rkey, si
 		       uint32_t len, unsigned int seed)
 {
 	fill(self->src, len, seed);
-	if (xfer(self, IBV_WR_RDMA_WRITE, 0, len, raddr, rkey) != IBV_WC_SUCCESS)
+	if (rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, len, raddr, rkey) != IBV_WC_SUCCESS)
 		return 0;
 	return !memcmp(self->src, self->mem + off, len);
 }
@@ -137,7 +107,7 @@ TEST_F(mw, type1_window_carries_write_read_and_atomics_in_its_range)
 
 	ASSERT_NE(NULL, w);
 	before = w->rkey;
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w, self->mr, base, 4 * PAGE,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w, self->mr, base, 4 * PAGE,
 					WIN_RIGHTS));
 	/* Same window, new key byte. */
 	EXPECT_EQ(before >> 8, w->rkey >> 8);
@@ -145,8 +115,8 @@ TEST_F(mw, type1_window_carries_write_read_and_atomics_in_its_range)
 	EXPECT_TRUE(write_lands(self, (uintptr_t)base, w->rkey, 2 * PAGE, 4 * PAGE, 1));
 	/* Read back through the window. */
 	memset(self->src, 0, 4 * PAGE);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)base,
-				       w->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)base,
+					  w->rkey));
 	EXPECT_EQ(0, memcmp(self->src, base, 4 * PAGE));
 	*(uint64_t *)(base + 8) = 40;
 	ASSERT_EQ(IBV_WC_SUCCESS, atomic_add(self, (uintptr_t)base + 8, w->rkey, 2));
@@ -155,16 +125,16 @@ TEST_F(mw, type1_window_carries_write_read_and_atomics_in_its_range)
 	/* The last byte of the window, then one past it. */
 	EXPECT_TRUE(write_lands(self, (uintptr_t)base + 4 * PAGE - 16, w->rkey, 6 * PAGE - 16, 16,
 				2));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 17,
-					      (uintptr_t)base + 4 * PAGE - 16, w->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 17,
+						 (uintptr_t)base + 4 * PAGE - 16, w->rkey));
 	reset(self, _metadata);
 	/* Just before it. */
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)base - 8,
-					      w->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)base - 8, w->rkey));
 	reset(self, _metadata);
 	/* The MR's own key grants no remote write. */
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)base,
-					      self->mr->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)base, self->mr->rkey));
 	reset(self, _metadata);
 	ASSERT_EQ(0, ibv_dealloc_mw(w));
 }
@@ -174,23 +144,23 @@ TEST_F(mw, a_window_grants_only_its_rights)
 	struct ibv_mw *w = ibv_alloc_mw(self->d.pd, IBV_MW_TYPE_1);
 
 	ASSERT_NE(NULL, w);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w, self->mr, self->mem, LEN,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w, self->mr, self->mem, LEN,
 					IBV_ACCESS_REMOTE_READ));
 	fill(self->mem, PAGE, 3);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, PAGE, (uintptr_t)self->mem,
-				       w->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, PAGE,
+					  (uintptr_t)self->mem, w->rkey));
 	EXPECT_EQ(0, memcmp(self->src, self->mem, PAGE));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8,
-					      (uintptr_t)self->mem, w->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem, w->rkey));
 	reset(self, _metadata);
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, atomic_add(self, (uintptr_t)self->mem, w->rkey, 1));
 	reset(self, _metadata);
 	/* Rebinding with write rights takes effect at once. */
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w, self->mr, self->mem, LEN,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w, self->mr, self->mem, LEN,
 					IBV_ACCESS_REMOTE_WRITE));
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem, w->rkey, 0, 64, 4));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_READ, 0, 8, (uintptr_t)self->mem,
-					      w->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8,
+						 (uintptr_t)self->mem, w->rkey));
 	reset(self, _metadata);
 	ASSERT_EQ(0, ibv_dealloc_mw(w));
 }
@@ -201,29 +171,30 @@ TEST_F(mw, rebinding_changes_the_key_and_the_old_key_stops_working)
 	uint32_t k1;
 
 	ASSERT_NE(NULL, w);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w, self->mr, self->mem, PAGE,
-					WIN_RIGHTS));
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w, self->mr, self->mem,
+					PAGE, WIN_RIGHTS));
 	k1 = w->rkey;
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w, self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w, self->mr,
 					self->mem + PAGE, PAGE, WIN_RIGHTS));
 	EXPECT_NE(k1, w->rkey);
 	/* The new binding, not the old one. */
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem + PAGE, w->rkey, PAGE, PAGE, 5));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->mem,
-					      w->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem, w->rkey));
 	reset(self, _metadata);
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8,
-					      (uintptr_t)self->mem + PAGE, k1));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem + PAGE, k1));
 	reset(self, _metadata);
 	/* Zero length unbinds a type 1 window. */
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w, self->mr, self->mem, 0, 0));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8,
-					      (uintptr_t)self->mem + PAGE, w->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w, self->mr,
+					self->mem, 0, 0));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem + PAGE, w->rkey));
 	reset(self, _metadata);
 	/* A bind that keeps the key byte is refused: an old key never reaches a new binding. */
-	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind2(self->qp[1], self->cq[1], w, w->rkey, self->mr,
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind2(self->rc.qp[1], self->rc.cq[1], w, w->rkey, self->mr,
 					    (uintptr_t)self->mem, PAGE, WIN_RIGHTS));
-	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp[1]));
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->rc.qp[1]));
 	reset(self, _metadata);
 	ASSERT_EQ(0, ibv_dealloc_mw(w));
 }
@@ -233,9 +204,9 @@ static void bad_bind(FIXTURE_DATA(mw) *self, struct __test_metadata *_metadata,
 		     struct ibv_mw *w, struct ibv_mr *mr, uint64_t addr, uint64_t len,
 		     unsigned int access)
 {
-	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind2(self->qp[1], self->cq[1], w, next_key(w->rkey), mr,
-					    addr, len, access));
-	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp[1]));
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind2(self->rc.qp[1], self->rc.cq[1], w, next_key(w->rkey),
+					    mr, addr, len, access));
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->rc.qp[1]));
 	reset(self, _metadata);
 }
 
@@ -263,8 +234,8 @@ TEST_F(mw, binds_that_break_a_rule_fail)
 	/* C10-74: remote write or atomics need local write on the MR; remote read does not. */
 	bad_bind(self, _metadata, w1, read_only, a, PAGE, IBV_ACCESS_REMOTE_WRITE);
 	bad_bind(self, _metadata, w1, read_only, a, PAGE, IBV_ACCESS_REMOTE_ATOMIC);
-	EXPECT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w1, read_only, self->mem, PAGE,
-					IBV_ACCESS_REMOTE_READ));
+	EXPECT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w1, read_only, self->mem,
+					PAGE, IBV_ACCESS_REMOTE_READ));
 	/* C10-75: inside the MR. */
 	bad_bind(self, _metadata, w1, self->mr, a - 1, PAGE, IBV_ACCESS_REMOTE_READ);
 	bad_bind(self, _metadata, w1, self->mr, a + LEN - PAGE, PAGE + 1, IBV_ACCESS_REMOTE_READ);
@@ -275,7 +246,7 @@ TEST_F(mw, binds_that_break_a_rule_fail)
 	/* o10-36.2.2: type 1 windows are not zero based (the provider refuses it itself too). */
 	bad_bind(self, _metadata, w1, self->mr, a, PAGE, IBV_ACCESS_REMOTE_READ |
 		 IBV_ACCESS_ZERO_BASED);
-	EXPECT_EQ(-EINVAL, bind1(self->qp[1], self->cq[1], w1, self->mr, self->mem, PAGE,
+	EXPECT_EQ(-EINVAL, bind1(self->rc.qp[1], self->rc.cq[1], w1, self->mr, self->mem, PAGE,
 				 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ZERO_BASED));
 	/* Rights a window cannot have. */
 	bad_bind(self, _metadata, w1, self->mr, a, PAGE, IBV_ACCESS_MW_BIND);
@@ -294,11 +265,12 @@ TEST_F(mw, binds_that_break_a_rule_fail)
 	}
 	/* A UD QP cannot bind (the provider refuses to post it). */
 	{
-		struct ibv_qp *ud = make_qp(&self->d, self->cq[1], self->cq[1], IBV_QPT_UD, NULL);
+		struct ibv_qp *ud = make_qp(&self->d, self->rc.cq[1], self->rc.cq[1],
+					    IBV_QPT_UD, NULL);
 
 		ASSERT_NE(NULL, ud);
 		ASSERT_EQ(0, ud_ready(ud, 0x11));
-		EXPECT_EQ(-EINVAL, bind1(ud, self->cq[1], w1, self->mr, self->mem, PAGE,
+		EXPECT_EQ(-EINVAL, bind1(ud, self->rc.cq[1], w1, self->mr, self->mem, PAGE,
 					 IBV_ACCESS_REMOTE_READ));
 		ibv_destroy_qp(ud);
 	}
@@ -345,44 +317,35 @@ TEST_F(mw, a_bind_naming_a_dead_mr_is_not_an_mr_not_found)
 TEST_F(mw, type2b_window_is_zero_based_or_not_and_serves_only_its_qp)
 {
 	struct ibv_mw *w = ibv_alloc_mw(self->d.pd, IBV_MW_TYPE_2);
-	struct ibv_cq *cq2 = ibv_create_cq(self->d.ctx, 16, NULL, NULL, 0);
-	struct ibv_qp *q2 = make_qp(&self->d, cq2, cq2, IBV_QPT_RC, NULL);
-	struct ibv_qp *q3 = make_qp(&self->d, cq2, cq2, IBV_QPT_RC, NULL);
+	struct rc_pair other;
 	uint32_t key;
-	struct ibv_wc wc;
 
 	ASSERT_NE(NULL, w);
-	ASSERT_NE(NULL, q3);
-	ASSERT_EQ(0, rc_connect(q2, &self->d, q3->qp_num, &self->d.gid, &rc_default));
-	ASSERT_EQ(0, rc_connect(q3, &self->d, q2->qp_num, &self->d.gid, &rc_default));
+	ASSERT_EQ(0, rc_pair_open(&other, &self->d, NULL, PAGE, &rc_default));
 	key = next_key(w->rkey);
 	/* Zero based: remote addresses count from the window's start. */
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w, key, self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w, key, self->mr,
 					(uintptr_t)self->mem + PAGE, 2 * PAGE,
 					WIN_RIGHTS | IBV_ACCESS_ZERO_BASED));
 	EXPECT_TRUE(write_lands(self, 0, key, PAGE, PAGE, 6));
 	EXPECT_TRUE(write_lands(self, PAGE, key, 2 * PAGE, PAGE, 7));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, 2 * PAGE, key));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8, 2 * PAGE,
+						 key));
 	reset(self, _metadata);
 	/* o10-37.2.30: bound already. */
-	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind2(self->qp[1], self->cq[1], w, next_key(key), self->mr,
-					    (uintptr_t)self->mem, PAGE, WIN_RIGHTS));
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind2(self->rc.qp[1], self->rc.cq[1], w, next_key(key),
+					    self->mr, (uintptr_t)self->mem, PAGE, WIN_RIGHTS));
 	reset(self, _metadata);
 	EXPECT_TRUE(write_lands(self, 0, key, PAGE, 8, 8));
 	/* Another QP of the same PD reaches nothing through it. */
-	fill(self->src, 8, 9);
-	ASSERT_EQ(0, post_send(q2, IBV_WR_RDMA_WRITE, self->src, 8, self->src_mr->lkey, 0, key,
-			       0, 1));
-	ASSERT_EQ(1, poll1(cq2, &wc, 20000));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, wc.status);
-	EXPECT_NE(0, memcmp(self->src, self->mem + PAGE, 8));
-	ibv_destroy_qp(q2);
-	ibv_destroy_qp(q3);
-	ibv_destroy_cq(cq2);
+	fill(other.buf[0], 8, 9);
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&other, IBV_WR_RDMA_WRITE, 0, 8, 0, key));
+	EXPECT_NE(0, memcmp(other.buf[0], self->mem + PAGE, 8));
+	rc_pair_close(&other);
 	/* Not zero based: by virtual address. */
-	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->qp[1], self->cq[1], key));
+	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->rc.qp[1], self->rc.cq[1], key));
 	key = next_key(key);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w, key, self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w, key, self->mr,
 					(uintptr_t)self->mem + PAGE, PAGE, WIN_RIGHTS));
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem + PAGE, key, PAGE, PAGE, 10));
 	EXPECT_EQ(0, ibv_dealloc_mw(w));
@@ -395,25 +358,25 @@ TEST_F(mw, local_invalidate_frees_a_type2b_window_for_a_new_bind)
 
 	ASSERT_NE(NULL, w);
 	key = next_key(w->rkey);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w, key, self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w, key, self->mr,
 					(uintptr_t)self->mem, LEN, WIN_RIGHTS));
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem, key, 0, 64, 11));
-	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->qp[1], self->cq[1], key));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->mem,
-					      key));
+	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->rc.qp[1], self->rc.cq[1], key));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem, key));
 	reset(self, _metadata);
 	/* Not bound any more: a second invalidate fails. */
-	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->qp[1], self->cq[1], key));
+	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->rc.qp[1], self->rc.cq[1], key));
 	reset(self, _metadata);
 	/* Free again: bound anew with a new key; the old key stays dead. */
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w, next_key(key), self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w, next_key(key), self->mr,
 					(uintptr_t)self->mem, LEN, WIN_RIGHTS));
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem, next_key(key), 0, 64, 12));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->mem,
-					      key));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem, key));
 	reset(self, _metadata);
 	/* A stale key does not invalidate the current binding. */
-	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->qp[1], self->cq[1], key));
+	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->rc.qp[1], self->rc.cq[1], key));
 	reset(self, _metadata);
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem, next_key(key), 0, 64, 13));
 	EXPECT_EQ(0, ibv_dealloc_mw(w));
@@ -424,17 +387,18 @@ TEST_F(mw, type1_windows_and_mrs_are_not_invalidated_by_work_requests)
 	struct ibv_mw *w = ibv_alloc_mw(self->d.pd, IBV_MW_TYPE_1);
 
 	ASSERT_NE(NULL, w);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w, self->mr, self->mem, LEN,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w, self->mr, self->mem, LEN,
 					WIN_RIGHTS));
 	/* o10-37.2.26. */
-	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->qp[1], self->cq[1], w->rkey));
+	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->rc.qp[1], self->rc.cq[1], w->rkey));
 	reset(self, _metadata);
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem, w->rkey, 0, 64, 14));
 	/* A user MR is not a fast-registration MR. */
-	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->qp[1], self->cq[1], self->src_mr->rkey));
+	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, local_inv(self->rc.qp[1], self->rc.cq[1],
+						  self->src_mr->rkey));
 	reset(self, _metadata);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->src,
-				       self->src_mr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->src,
+					  self->src_mr->rkey));
 	EXPECT_EQ(0, ibv_dealloc_mw(w));
 }
 
@@ -448,9 +412,9 @@ static int send_inv(FIXTURE_DATA(mw) *self, uint32_t key, struct ibv_wc *rwc)
 	struct ibv_wc wc;
 
 	wr.invalidate_rkey = key;
-	if (post_recv(self->qp[1], self->mem + LEN - PAGE, PAGE, self->mr->lkey, 4) ||
-	    ibv_post_send(self->qp[0], &wr, &bad) || poll1(self->cq[0], &wc, 20000) != 1 ||
-	    poll1(self->cq[1], rwc, 20000) != 1)
+	if (post_recv(self->rc.qp[1], self->mem + LEN - PAGE, PAGE, self->mr->lkey, 4) ||
+	    ibv_post_send(self->rc.qp[0], &wr, &bad) || poll1(self->rc.cq[0], &wc, 20000) != 1 ||
+	    poll1(self->rc.cq[1], rwc, 20000) != 1)
 		return -1;
 	return wc.status;
 }
@@ -465,7 +429,7 @@ TEST_F(mw, send_with_invalidate_frees_the_window_bound_to_the_receiving_qp)
 	ASSERT_NE(NULL, w);
 	ASSERT_NE(NULL, w1);
 	key = next_key(w->rkey);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w, key, self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w, key, self->mr,
 					(uintptr_t)self->mem, PAGE, WIN_RIGHTS));
 	fill(self->src, 64, 15);
 	ASSERT_EQ(IBV_WC_SUCCESS, send_inv(self, key, &rwc));
@@ -475,26 +439,26 @@ TEST_F(mw, send_with_invalidate_frees_the_window_bound_to_the_receiving_qp)
 	EXPECT_EQ(key, rwc.invalidated_rkey);
 	EXPECT_EQ(64, rwc.byte_len);
 	EXPECT_EQ(0, memcmp(self->src, self->mem + LEN - PAGE, 64));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->mem,
-					      key));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem, key));
 	reset(self, _metadata);
 	/* The same key again: not bound any more. */
 	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, send_inv(self, key, &rwc));
 	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, rwc.status);
 	reset(self, _metadata);
 	/* A type 1 window's key. */
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w1, self->mr, self->mem, PAGE,
-					WIN_RIGHTS));
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w1, self->mr, self->mem,
+					PAGE, WIN_RIGHTS));
 	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, send_inv(self, w1->rkey, &rwc));
 	reset(self, _metadata);
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem, w1->rkey, 0, 64, 16));
 	/* A window bound through the sender's own QP, not the receiver's. */
 	key = next_key(key);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[0], self->cq[0], w, key, self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[0], self->rc.cq[0], w, key, self->mr,
 					(uintptr_t)self->mem, PAGE, WIN_RIGHTS));
 	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, send_inv(self, key, &rwc));
 	reset(self, _metadata);
-	EXPECT_EQ(IBV_WC_SUCCESS, local_inv(self->qp[0], self->cq[0], key));
+	EXPECT_EQ(IBV_WC_SUCCESS, local_inv(self->rc.qp[0], self->rc.cq[0], key));
 	EXPECT_EQ(0, ibv_dealloc_mw(w));
 	EXPECT_EQ(0, ibv_dealloc_mw(w1));
 }
@@ -507,25 +471,26 @@ TEST_F(mw, an_mr_with_bound_windows_is_not_deregistered)
 
 	ASSERT_NE(NULL, w1);
 	ASSERT_NE(NULL, w2);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w1, self->mr, self->mem, PAGE,
-					WIN_RIGHTS));
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w1, self->mr, self->mem,
+					PAGE, WIN_RIGHTS));
 	key = next_key(w2->rkey);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w2, key, self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w2, key, self->mr,
 					(uintptr_t)self->mem, PAGE, WIN_RIGHTS));
 	EXPECT_EQ(EBUSY, ibv_dereg_mr(self->mr));
 	/* Still registered, still reachable. */
 	EXPECT_TRUE(write_lands(self, (uintptr_t)self->mem, key, 0, 64, 17));
 	/* Unbinding the type 1 window and invalidating the type 2B one release the MR. */
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w1, self->mr, self->mem, 0, 0));
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w1, self->mr,
+					self->mem, 0, 0));
 	EXPECT_EQ(EBUSY, ibv_dereg_mr(self->mr));
-	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->qp[1], self->cq[1], key));
+	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->rc.qp[1], self->rc.cq[1], key));
 	/* Deallocating a bound window releases it too. */
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w2, next_key(key), self->mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w2, next_key(key), self->mr,
 					(uintptr_t)self->mem, PAGE, WIN_RIGHTS));
 	EXPECT_EQ(EBUSY, ibv_dereg_mr(self->mr));
 	EXPECT_EQ(0, ibv_dealloc_mw(w2));
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->mem,
-					      next_key(key)));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->mem, next_key(key)));
 	reset(self, _metadata);
 	EXPECT_EQ(0, ibv_dereg_mr(self->mr));
 	self->mr = NULL;
@@ -541,10 +506,10 @@ TEST_F(mw, rdma_resource_shows_the_windows_of_an_mr)
 		w[i] = ibv_alloc_mw(self->d.pd, i ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2);
 		ASSERT_NE(NULL, w[i]);
 	}
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w[0], next_key(w[0]->rkey),
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w[0], next_key(w[0]->rkey),
 					self->mr, (uintptr_t)self->mem, PAGE, WIN_RIGHTS));
 	for (int i = 1; i < 3; i++)
-		ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w[i], self->mr,
+		ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w[i], self->mr,
 						self->mem, PAGE, WIN_RIGHTS));
 	snprintf(pat, sizeof(pat), "rkey 0x%x", self->mr->rkey);
 	ASSERT_EQ(0, sh(out, sizeof(out), "rdma -dd resource show mr dev rodp0"));
@@ -572,29 +537,29 @@ static void odp_window(FIXTURE_DATA(mw) *self, struct __test_metadata *_metadata
 	ASSERT_NE(NULL, mr);
 	ASSERT_NE(NULL, w1);
 	ASSERT_NE(NULL, w2);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->qp[1], self->cq[1], w1, mr, odp, 8 * PAGE,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], w1, mr, odp, 8 * PAGE,
 					WIN_RIGHTS));
 	key = next_key(w2->rkey);
-	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->qp[1], self->cq[1], w2, key, mr,
+	ASSERT_EQ(IBV_WC_SUCCESS, bind2(self->rc.qp[1], self->rc.cq[1], w2, key, mr,
 					(uintptr_t)odp + 8 * PAGE, 8 * PAGE,
 					WIN_RIGHTS | IBV_ACCESS_ZERO_BASED));
 	/* Binding maps nothing. */
 	usleep(50 * 1000);
 	EXPECT_EQ(pages, hw_counter("rodp0", "num_page_fault_pages"));
 	fill(self->src, 8 * PAGE, 18);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, 8 * PAGE, (uintptr_t)odp,
-				       w1->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8 * PAGE, (uintptr_t)odp,
+					  w1->rkey));
 	EXPECT_EQ(0, memcmp(self->src, odp, 8 * PAGE));
 	fill(self->src, 8 * PAGE, 19);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, 8 * PAGE, 0, key));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8 * PAGE, 0, key));
 	EXPECT_EQ(0, memcmp(self->src, odp + 8 * PAGE, 8 * PAGE));
 	usleep(50 * 1000);
 	EXPECT_EQ(16, hw_counter("rodp0", "num_page_fault_pages") - pages);
 	/* Pages the kernel drops come back on the next access through the window. */
 	madvise(odp, 8 * PAGE, MADV_DONTNEED);
 	memset(self->src, 0xff, 8 * PAGE);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 8 * PAGE, (uintptr_t)odp,
-				       w1->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8 * PAGE, (uintptr_t)odp,
+					  w1->rkey));
 	for (int i = 0; i < 8 * PAGE; i++)
 		if (self->src[i]) {
 			EXPECT_EQ(0, self->src[i]);
@@ -604,7 +569,7 @@ static void odp_window(FIXTURE_DATA(mw) *self, struct __test_metadata *_metadata
 	ASSERT_EQ(IBV_WC_SUCCESS, atomic_add(self, 16, key, 3));
 	EXPECT_EQ(8, *(uint64_t *)(odp + 8 * PAGE + 16));
 	EXPECT_EQ(EBUSY, ibv_dereg_mr(mr));
-	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->qp[1], self->cq[1], key));
+	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->rc.qp[1], self->rc.cq[1], key));
 	EXPECT_EQ(0, ibv_dealloc_mw(w1));
 	EXPECT_EQ(0, ibv_dealloc_mw(w2));
 	EXPECT_EQ(0, ibv_dereg_mr(mr));
@@ -630,8 +595,7 @@ TEST_F(mw, a_process_that_exits_with_windows_bound_leaves_nothing_behind)
 	if (!pid) {
 		/* The window is older than the MR: ib_core's cleanup meets the MR first. */
 		struct dev d;
-		struct ibv_cq *cq;
-		struct ibv_qp *qp[2];
+		struct rc_pair p;
 		struct ibv_mw *w1, *w2;
 		struct ibv_mr *mr;
 		char *m = malloc(LEN);
@@ -641,14 +605,9 @@ TEST_F(mw, a_process_that_exits_with_windows_bound_leaves_nothing_behind)
 		w1 = ibv_alloc_mw(d.pd, IBV_MW_TYPE_1);
 		w2 = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
 		mr = ibv_reg_mr(d.pd, m, LEN, MR_ACCESS);
-		cq = ibv_create_cq(d.ctx, 16, NULL, NULL, 0);
-		for (int i = 0; i < 2; i++)
-			qp[i] = make_qp(&d, cq, cq, IBV_QPT_RC, NULL);
-		if (!w1 || !w2 || !mr || !qp[0] || !qp[1] ||
-		    rc_connect(qp[0], &d, qp[1]->qp_num, &d.gid, &rc_default) ||
-		    rc_connect(qp[1], &d, qp[0]->qp_num, &d.gid, &rc_default) ||
-		    bind1(qp[0], cq, w1, mr, m, LEN, WIN_RIGHTS) != IBV_WC_SUCCESS ||
-		    bind2(qp[0], cq, w2, next_key(w2->rkey), mr, (uintptr_t)m, LEN,
+		if (!w1 || !w2 || !mr || rc_pair_open(&p, &d, NULL, PAGE, &rc_default) ||
+		    bind1(p.qp[0], p.cq[0], w1, mr, m, LEN, WIN_RIGHTS) != IBV_WC_SUCCESS ||
+		    bind2(p.qp[0], p.cq[0], w2, next_key(w2->rkey), mr, (uintptr_t)m, LEN,
 			  WIN_RIGHTS) != IBV_WC_SUCCESS)
 			_exit(2);
 		_exit(0);

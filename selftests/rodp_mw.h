@@ -119,16 +119,4 @@ static inline int rereg_cmd(struct ibv_context *ctx, struct ibv_mr *mr, int flag
 	return 0;
 }
 
-/* QP a back to RESET and connected again to b (and b to a): after an error completion. */
-static inline int rc_reset_pair(struct dev *d, struct ibv_qp *a, struct ibv_qp *b)
-{
-	struct ibv_qp_attr r = { .qp_state = IBV_QPS_RESET };
-
-	if (ibv_modify_qp(a, &r, IBV_QP_STATE) || ibv_modify_qp(b, &r, IBV_QP_STATE))
-		return -1;
-	if (rc_connect(a, d, b->qp_num, &d->gid, &rc_default))
-		return -1;
-	return rc_connect(b, d, a->qp_num, &d->gid, &rc_default);
-}
-
 #endif

@@ -18,8 +18,7 @@
 
 FIXTURE(odp) {
 	struct dev d;
-	struct ibv_cq *cq[2];
-	struct ibv_qp *qp[2];
+	struct rc_pair rc;
 	char *pin, *odp;
 	struct ibv_mr *pin_mr, *odp_mr;
 };
@@ -35,19 +34,10 @@ FIXTURE_SETUP(odp)
 {
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
-	for (int i = 0; i < 2; i++) {
-		self->cq[i] = ibv_create_cq(self->d.ctx, 64, NULL, NULL, 0);
-		ASSERT_NE(NULL, self->cq[i]);
-		self->qp[i] = make_qp(&self->d, self->cq[i], self->cq[i], IBV_QPT_RC, NULL);
-		ASSERT_NE(NULL, self->qp[i]);
-	}
-	for (int i = 0; i < 2; i++)
-		ASSERT_EQ(0, rc_connect(self->qp[i], &self->d, self->qp[!i]->qp_num,
-					&self->d.gid, &rc_default));
-	self->pin = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(MAP_FAILED, self->pin);
-	self->pin_mr = ibv_reg_mr(self->d.pd, self->pin, LEN, ALL_ACCESS);
-	ASSERT_NE(NULL, self->pin_mr);
+	ASSERT_EQ(0, rc_pair_open(&self->rc, &self->d, NULL, LEN, &rc_default));
+	/* QP 0's pinned buffer: what rc_xfer() writes from and reads into. */
+	self->pin = self->rc.buf[0];
+	self->pin_mr = self->rc.mr[0];
 	/* Never touched: no page of it exists until the device faults it in. */
 	self->odp = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, self->odp);
@@ -59,36 +49,16 @@ FIXTURE_TEARDOWN(odp)
 {
 	if (self->odp_mr)
 		ibv_dereg_mr(self->odp_mr);
-	if (self->pin_mr)
-		ibv_dereg_mr(self->pin_mr);
-	for (int i = 0; i < 2; i++) {
-		if (self->qp[i])
-			ibv_destroy_qp(self->qp[i]);
-		if (self->cq[i])
-			ibv_destroy_cq(self->cq[i]);
-	}
-	munmap(self->pin, LEN);
+	rc_pair_close(&self->rc);
 	munmap(self->odp, LEN);
 	dev_close(&self->d);
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 
-/* QP 0 runs op between pin + off and raddr through rkey; returns the status. */
-static int xfer(FIXTURE_DATA(odp) *self, enum ibv_wr_opcode op, size_t off, uint32_t len,
-		uint64_t raddr, uint32_t rkey)
-{
-	struct ibv_wc wc;
-
-	if (post_send(self->qp[0], op, self->pin + off, len, self->pin_mr->lkey, raddr, rkey, 0, 1) ||
-	    poll1(self->cq[0], &wc, 20000) != 1)
-		return -1;
-	return wc.status;
-}
-
 /* QP 0 runs op between its pinned buffer and the ODP MR at off; returns the status. */
 static int rdma(FIXTURE_DATA(odp) *self, enum ibv_wr_opcode op, size_t off, uint32_t len)
 {
-	return xfer(self, op, off, len, (uintptr_t)self->odp + off, self->odp_mr->rkey);
+	return rc_xfer(&self->rc, op, off, len, (uintptr_t)self->odp + off, self->odp_mr->rkey);
 }
 
 TEST_F(odp, device_reports_explicit_odp)
@@ -138,8 +108,11 @@ TEST_F(odp, first_touch_faults_each_page_once)
 TEST_F(odp, prefetch_faults_ahead_and_checks_its_arguments)
 {
 	struct ibv_sge sge = { (uintptr_t)self->odp, LEN, self->odp_mr->lkey };
+	struct ibv_sge g = { (uintptr_t)self->odp, PAGE, 0 };
 	long handled = counter("num_prefetches_handled");
 	long pages = counter("num_page_fault_pages");
+	struct ibv_mr *ro;
+	struct ibv_pd *pd2;
 
 	ASSERT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
 				   IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1));
@@ -163,27 +136,22 @@ TEST_F(odp, prefetch_faults_ahead_and_checks_its_arguments)
 	sge = (struct ibv_sge){ (uintptr_t)self->pin, PAGE, self->pin_mr->lkey };
 	EXPECT_EQ(EINVAL, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
 	/* A writable prefetch of an MR without local write, another PD's MR, unknown flags. */
-	{
-		struct ibv_mr *ro = ibv_reg_mr(self->d.pd, self->odp, LEN,
-					       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND);
-		struct ibv_pd *pd2 = ibv_alloc_pd(self->d.ctx);
-		struct ibv_sge g = { (uintptr_t)self->odp, PAGE, 0 };
-
-		ASSERT_NE(NULL, ro);
-		ASSERT_NE(NULL, pd2);
-		g.lkey = ro->lkey;
-		EXPECT_EQ(EACCES, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
-						IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
-		EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH,
-					   IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
-		g.lkey = self->odp_mr->lkey;
-		/* As mlx5: a key another PD's MR holds is unknown to this PD. */
-		EXPECT_EQ(ENOENT, ibv_advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH,
-						IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
-		EXPECT_NE(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x80, &g, 1));
-		ibv_dereg_mr(ro);
-		ibv_dealloc_pd(pd2);
-	}
+	ro = ibv_reg_mr(self->d.pd, self->odp, LEN, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND);
+	pd2 = ibv_alloc_pd(self->d.ctx);
+	ASSERT_NE(NULL, ro);
+	ASSERT_NE(NULL, pd2);
+	g.lkey = ro->lkey;
+	EXPECT_EQ(EACCES, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+					IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
+	EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH,
+				   IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
+	g.lkey = self->odp_mr->lkey;
+	/* As mlx5: a key another PD's MR holds is unknown to this PD. */
+	EXPECT_EQ(ENOENT, ibv_advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH,
+					IBV_ADVISE_MR_FLAG_FLUSH, &g, 1));
+	EXPECT_NE(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x80, &g, 1));
+	ibv_dereg_mr(ro);
+	ibv_dealloc_pd(pd2);
 	/* A deferred prefetch of an MR deregistered at once is harmless; the key is then unknown. */
 	sge = (struct ibv_sge){ (uintptr_t)self->odp, LEN, self->odp_mr->lkey };
 	EXPECT_EQ(0, ibv_advise_mr(self->d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &sge, 1));
@@ -227,13 +195,13 @@ TEST_F(odp, send_recv_read_atomic_through_odp)
 	struct ibv_wc wc;
 
 	/* A receive buffer in never-touched ODP memory. */
-	ASSERT_EQ(0, post_recv(self->qp[1], self->odp + PAGE, 3 * PAGE, self->odp_mr->lkey, 5));
+	ASSERT_EQ(0, post_recv(self->rc.qp[1], self->odp + PAGE, 3 * PAGE, self->odp_mr->lkey, 5));
 	fill(self->pin, 3 * PAGE, 5);
-	ASSERT_EQ(0, post_send(self->qp[0], IBV_WR_SEND, self->pin, 3 * PAGE, self->pin_mr->lkey,
+	ASSERT_EQ(0, post_send(self->rc.qp[0], IBV_WR_SEND, self->pin, 3 * PAGE, self->pin_mr->lkey,
 			       0, 0, 0, 6));
-	ASSERT_EQ(1, poll1(self->cq[0], &wc, 20000));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 20000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
-	ASSERT_EQ(1, poll1(self->cq[1], &wc, 20000));
+	ASSERT_EQ(1, poll1(self->rc.cq[1], &wc, 20000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
 	EXPECT_EQ(0, memcmp(self->pin, self->odp + PAGE, 3 * PAGE));
 	/* Read back what the process wrote itself. */
@@ -241,9 +209,9 @@ TEST_F(odp, send_recv_read_atomic_through_odp)
 	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_READ, 16 * PAGE, 2 * PAGE));
 	EXPECT_EQ(0, memcmp(self->pin + 16 * PAGE, self->odp + 16 * PAGE, 2 * PAGE));
 	/* Fetch-and-add on a page the device faults in. */
-	ASSERT_EQ(0, post_atomic(self->qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->pin,
+	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->pin,
 				 self->pin_mr->lkey, (uintptr_t)word, self->odp_mr->rkey, 5, 0));
-	ASSERT_EQ(1, poll1(self->cq[0], &wc, 20000));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 20000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
 	EXPECT_EQ(5, *word);
 }
@@ -267,9 +235,9 @@ TEST_F(odp, a_hole_under_a_local_sge_is_a_protection_error)
 	struct ibv_wc wc;
 
 	ASSERT_EQ(0, munmap(self->odp + 4 * PAGE, PAGE));
-	ASSERT_EQ(0, post_send(self->qp[1], IBV_WR_SEND, self->odp, 8 * PAGE, self->odp_mr->lkey,
+	ASSERT_EQ(0, post_send(self->rc.qp[1], IBV_WR_SEND, self->odp, 8 * PAGE, self->odp_mr->lkey,
 			       0, 0, 0, 9));
-	ASSERT_EQ(1, poll1(self->cq[1], &wc, 20000));
+	ASSERT_EQ(1, poll1(self->rc.cq[1], &wc, 20000));
 	EXPECT_EQ(IBV_WC_LOC_PROT_ERR, wc.status);
 }
 
@@ -432,8 +400,9 @@ TEST_F(odp, debugfs_and_netlink_show_the_odp_state)
 	EXPECT_EQ(11, dbg_stat("num_odp_mr_pages") - mapped);
 
 	/* A key with no MR, and a hole. */
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, (uintptr_t)self->odp,
-					      self->odp_mr->rkey + 0x100000));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 (uintptr_t)self->odp,
+						 self->odp_mr->rkey + 0x100000));
 	EXPECT_EQ(1, dbg_stat("num_mrs_not_found") - notfound);
 	EXPECT_EQ(0, dbg_stat("num_failed_resolutions") - failed);
 
@@ -460,15 +429,16 @@ TEST_F(odp, an_iova_other_than_the_address_indexes_by_offset)
 
 	ASSERT_NE(NULL, mr);
 	fill(self->pin, LEN, 22);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, 3 * PAGE, iova + 5 * PAGE, mr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 3 * PAGE,
+					  iova + 5 * PAGE, mr->rkey));
 	EXPECT_EQ(0, memcmp(self->odp + 5 * PAGE, self->pin, 3 * PAGE));
 	fill(self->odp + 20 * PAGE + 100, 1000, 23);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 1000, iova + 20 * PAGE + 100,
-				       mr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 1000,
+					  iova + 20 * PAGE + 100, mr->rkey));
 	EXPECT_EQ(0, memcmp(self->odp + 20 * PAGE + 100, self->pin, 1000));
 	/* The address itself is not the iova: outside the MR. */
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_READ, 0, 8, (uintptr_t)self->odp,
-					      mr->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8,
+						 (uintptr_t)self->odp, mr->rkey));
 	ibv_dereg_mr(mr);
 }
 
@@ -531,14 +501,17 @@ TEST_F(odp, a_shared_memfd_mapping_is_seen_through_its_other_mapping)
 	mr = ibv_reg_mr(self->d.pd, a, LEN, ODP_ACCESS);
 	ASSERT_NE(NULL, mr);
 	fill(self->pin, LEN, 27);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)a, mr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)a,
+					  mr->rkey));
 	EXPECT_EQ(0, memcmp(b, self->pin, LEN));
 	fill(b + PAGE, 2 * PAGE, 28);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)a, mr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)a,
+					  mr->rkey));
 	EXPECT_EQ(0, memcmp(self->pin, b, 4 * PAGE));
 	/* Punching a hole in the file invalidates; the device then reads zeroes. */
 	ASSERT_EQ(0, fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, LEN));
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)a, mr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 4 * PAGE, (uintptr_t)a,
+					  mr->rkey));
 	for (int i = 0; i < 4 * PAGE; i++)
 		ASSERT_EQ(0, self->pin[i]);
 	ibv_dereg_mr(mr);
@@ -561,15 +534,15 @@ static void write_huge(struct __test_metadata *_metadata, FIXTURE_DATA(odp) *sel
 	ASSERT_NE(NULL, mr);
 	for (size_t off = 0; off < huge; off += LEN) {
 		fill(self->pin, LEN, off / LEN);
-		ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)h + off,
-					       mr->rkey));
+		ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, LEN,
+						  (uintptr_t)h + off, mr->rkey));
 		ASSERT_EQ(0, memcmp(h + off, self->pin, LEN));
 	}
 	/* Faults count base pages, whatever the page size behind them. */
 	EXPECT_EQ(huge / PAGE, counter("num_page_fault_pages") - pages);
 	memset(self->pin, 0, LEN);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, LEN, (uintptr_t)h + 3 * LEN,
-				       mr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, LEN,
+					  (uintptr_t)h + 3 * LEN, mr->rkey));
 	EXPECT_EQ(0, memcmp(h + 3 * LEN, self->pin, LEN));
 	ibv_dereg_mr(mr);
 }
@@ -633,12 +606,12 @@ TEST_F(odp, implicit_mr_covers_a_sparse_64_gib_range)
 		uint64_t s[2] = { (uintptr_t)at >> 30, ((uintptr_t)at + 2 * PAGE - 1) >> 30 };
 
 		fill(self->pin, 2 * PAGE, 30 + i);
-		ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, 2 * PAGE, (uintptr_t)at,
-					       imr->rkey));
+		ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 2 * PAGE,
+						  (uintptr_t)at, imr->rkey));
 		ASSERT_EQ(0, memcmp(at, self->pin, 2 * PAGE));
 		memset(self->pin, 0, 2 * PAGE);
-		ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_READ, 0, 2 * PAGE, (uintptr_t)at,
-					       imr->rkey));
+		ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 2 * PAGE,
+						  (uintptr_t)at, imr->rkey));
 		ASSERT_EQ(0, memcmp(at, self->pin, 2 * PAGE));
 		for (int k = 0; k < 2; k++) {
 			int seen = 0;
@@ -683,17 +656,17 @@ TEST_F(odp, implicit_mr_keys_work_in_every_operation)
 	ASSERT_NE(MAP_FAILED, mem);
 	/* Send from implicit memory into implicit memory (both local SGEs). */
 	fill(mem, 3 * PAGE, 31);
-	ASSERT_EQ(0, post_recv(self->qp[0], mem + 16 * PAGE, 3 * PAGE, imr->lkey, 1));
-	ASSERT_EQ(0, post_send(self->qp[1], IBV_WR_SEND, mem, 3 * PAGE, imr->lkey, 0, 0, 0, 2));
-	ASSERT_EQ(1, poll1(self->cq[1], &wc, 20000));
+	ASSERT_EQ(0, post_recv(self->rc.qp[0], mem + 16 * PAGE, 3 * PAGE, imr->lkey, 1));
+	ASSERT_EQ(0, post_send(self->rc.qp[1], IBV_WR_SEND, mem, 3 * PAGE, imr->lkey, 0, 0, 0, 2));
+	ASSERT_EQ(1, poll1(self->rc.cq[1], &wc, 20000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
-	ASSERT_EQ(1, poll1(self->cq[0], &wc, 20000));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 20000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
 	EXPECT_EQ(0, memcmp(mem, mem + 16 * PAGE, 3 * PAGE));
 	/* Atomics on a word the device faults in. */
-	ASSERT_EQ(0, post_atomic(self->qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->pin,
+	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->pin,
 				 self->pin_mr->lkey, (uintptr_t)word, imr->rkey, 9, 0));
-	ASSERT_EQ(1, poll1(self->cq[0], &wc, 20000));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 20000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
 	EXPECT_EQ(9, *word);
 	/*
@@ -707,8 +680,8 @@ TEST_F(odp, implicit_mr_keys_work_in_every_operation)
 	ASSERT_NE(MAP_FAILED, none);
 	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
 	EXPECT_EQ(kids, field(line, "drv_odp_children")) TH_LOG("%s", line);
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_READ, 0, 8, slot + 8 * PAGE,
-					      imr->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, slot + 8 * PAGE,
+						 imr->rkey));
 	for (int i = 0; i < 100; i++) {
 		ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 0));
 		if (field(line, "drv_odp_children") == kids)
@@ -733,8 +706,8 @@ TEST_F(odp, implicit_mr_past_the_address_space_and_with_an_iova_is_refused)
 	/* Implicit without ODP is just too large. */
 	EXPECT_EQ(NULL, ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, ALL_ACCESS));
 	/* Kernel addresses are outside the process's address space. */
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_WRITE, 0, 8, 0xffff888000000000ull,
-					      imr->rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 8,
+						 0xffff888000000000ull, imr->rkey));
 	ibv_dereg_mr(imr);
 }
 
@@ -757,7 +730,8 @@ TEST_F(odp, implicit_prefetch_faults_children_in)
 	ASSERT_EQ(0, mr_line(imr->lkey, line, sizeof(line), 1));
 	EXPECT_EQ(NPAGES, field(line, "page_prefetch")) TH_LOG("%s", line);
 	fill(self->pin, LEN, 32);
-	ASSERT_EQ(IBV_WC_SUCCESS, xfer(self, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)mem, imr->rkey));
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, LEN, (uintptr_t)mem,
+					  imr->rkey));
 	EXPECT_EQ(0, memcmp(mem, self->pin, LEN));
 	EXPECT_EQ(NPAGES, counter("num_page_fault_pages") - pages);
 	ibv_dereg_mr(imr);

@@ -90,15 +90,13 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 {
 	long seconds = getenv("RODP_STRESS_SECONDS") ? atol(getenv("RODP_STRESS_SECONDS")) : 60;
 	long slab0, free0, free1, refs0, transfers = 0, zero_words = 0, bad = 0;
-	struct ibv_mr *pin_mr, *odp_mr, *imr;
-	struct ibv_cq *cq[2];
-	struct ibv_qp *qp[2];
+	struct ibv_mr *odp_mr, *imr;
+	struct rc_pair rc;
 	struct mutator m = { 0 };
 	uint64_t *out, *back;
 	unsigned int seed = 1;
 	pthread_t thread;
 	struct dev d;
-	struct ibv_wc wc;
 	long end;
 
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
@@ -106,19 +104,10 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 	slab0 = kmalloc_objects();
 	free0 = mem_free_kb();
 	ASSERT_EQ(0, dev_open(&d, "rodp0"));
-	for (int i = 0; i < 2; i++) {
-		cq[i] = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
-		ASSERT_NE(NULL, cq[i]);
-		qp[i] = make_qp(&d, cq[i], cq[i], IBV_QPT_RC, NULL);
-		ASSERT_NE(NULL, qp[i]);
-	}
-	for (int i = 0; i < 2; i++)
-		ASSERT_EQ(0, rc_connect(qp[i], &d, qp[!i]->qp_num, &d.gid, &rc_default));
-	out = mmap(NULL, 2 * MAXMSG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(MAP_FAILED, out);
+	/* QP 0's buffer: writes go out of its first half, reads come back into its second. */
+	ASSERT_EQ(0, rc_pair_open(&rc, &d, NULL, 2 * MAXMSG, &rc_default));
+	out = (uint64_t *)rc.buf[0];
 	back = out + MAXMSG / 8;
-	pin_mr = ibv_reg_mr(d.pd, out, 2 * MAXMSG, ALL_ACCESS);
-	ASSERT_NE(NULL, pin_mr);
 	m.mem = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, m.mem);
 	odp_mr = ibv_reg_mr(d.pd, m.mem, LEN, ODP_ACCESS);
@@ -142,14 +131,8 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 		for (size_t w = 0; w < len / 8; w++)
 			out[w] = (uint64_t)(transfers + 1) << 32 | w;
 		memset(back, 0xa5, len);
-		ASSERT_EQ(0, post_send(qp[0], IBV_WR_RDMA_WRITE, out, len, pin_mr->lkey, raddr,
-				       rkey, 0, 1));
-		ASSERT_EQ(1, poll1(cq[0], &wc, 30000));
-		ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
-		ASSERT_EQ(0, post_send(qp[0], IBV_WR_RDMA_READ, back, len, pin_mr->lkey, raddr,
-				       rkey, 0, 2));
-		ASSERT_EQ(1, poll1(cq[0], &wc, 30000));
-		ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+		ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&rc, IBV_WR_RDMA_WRITE, 0, len, raddr, rkey));
+		ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&rc, IBV_WR_RDMA_READ, MAXMSG, len, raddr, rkey));
 		for (size_t w = 0; w < len / 8; w++) {
 			if (back[w] == 0)
 				zero_words++;
@@ -158,9 +141,11 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 				       (unsigned long)back[w], (unsigned long)out[w]);
 		}
 		if (transfers % 8 == 0) {
-			ASSERT_EQ(0, post_atomic(qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, back,
-						 pin_mr->lkey, raddr & ~7ull, rkey, 1, 0));
-			ASSERT_EQ(1, poll1(cq[0], &wc, 30000));
+			struct ibv_wc wc;
+
+			ASSERT_EQ(0, post_atomic(rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, back,
+						 rc.mr[0]->lkey, raddr & ~7ull, rkey, 1, 0));
+			ASSERT_EQ(1, poll1(rc.cq[0], &wc, 30000));
 			ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
 		}
 		transfers++;
@@ -176,14 +161,9 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 	ASSERT_EQ(0, ibv_dereg_mr(imr));
 	ASSERT_EQ(0, ibv_dereg_mr(odp_mr));
 	EXPECT_EQ(0, mapped_pages());
-	ibv_dereg_mr(pin_mr);
-	for (int i = 0; i < 2; i++) {
-		ibv_destroy_qp(qp[i]);
-		ibv_destroy_cq(cq[i]);
-	}
+	rc_pair_close(&rc);
 	dev_close(&d);
 	munmap(m.mem, LEN);
-	munmap(out, 2 * MAXMSG);
 	/* Slab objects back to where they were, give or take unrelated kernel activity. */
 	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0) - slab0);
 	/*

@@ -18,53 +18,14 @@
 #define ACCESS IBV_REREG_MR_CHANGE_ACCESS
 #define ODP_ACCESS (ALL_ACCESS | IBV_ACCESS_ON_DEMAND)
 
-/* A connected RC pair in one PD: QP 0 sends from src, QP 1 owns the MR under test. */
-struct pair {
-	struct ibv_pd *pd;
-	struct ibv_cq *cq[2];
-	struct ibv_qp *qp[2];
-	struct ibv_mr *src_mr;
-};
-
+/* Two RC pairs, each in its own PD: QP 0 sends from its buffer, QP 1 owns the MR under test. */
 FIXTURE(rereg) {
 	struct dev d;
-	struct pair p[2];	/* p[1] lives in a second PD */
-	char *src, *a, *b;
+	struct rc_pair p[2];	/* p[1] lives in pd2 */
+	struct ibv_pd *pd2;
+	char *a, *b;
 	struct ibv_mr *mr;
 };
-
-static int pair_up(struct dev *d, struct pair *p, struct ibv_pd *pd, char *src)
-{
-	struct dev in_pd = *d;
-
-	in_pd.pd = pd;
-	p->pd = pd;
-	for (int i = 0; i < 2; i++) {
-		p->cq[i] = ibv_create_cq(d->ctx, 16, NULL, NULL, 0);
-		if (!p->cq[i])
-			return -1;
-		p->qp[i] = make_qp(&in_pd, p->cq[i], p->cq[i], IBV_QPT_RC, NULL);
-		if (!p->qp[i])
-			return -1;
-	}
-	for (int i = 0; i < 2; i++)
-		if (rc_connect(p->qp[i], d, p->qp[!i]->qp_num, &d->gid, &rc_default))
-			return -1;
-	p->src_mr = ibv_reg_mr(pd, src, LEN, ALL_ACCESS);
-	return p->src_mr ? 0 : -1;
-}
-
-static void pair_down(struct pair *p)
-{
-	if (p->src_mr)
-		ibv_dereg_mr(p->src_mr);
-	for (int i = 0; i < 2; i++) {
-		if (p->qp[i])
-			ibv_destroy_qp(p->qp[i]);
-		if (p->cq[i])
-			ibv_destroy_cq(p->cq[i]);
-	}
-}
 
 static char *map(size_t len)
 {
@@ -75,14 +36,14 @@ FIXTURE_SETUP(rereg)
 {
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
-	self->src = map(LEN);
 	self->a = map(LEN);
 	self->b = map(LEN);
-	ASSERT_NE(MAP_FAILED, self->src);
 	ASSERT_NE(MAP_FAILED, self->a);
 	ASSERT_NE(MAP_FAILED, self->b);
-	ASSERT_EQ(0, pair_up(&self->d, &self->p[0], self->d.pd, self->src));
-	ASSERT_EQ(0, pair_up(&self->d, &self->p[1], ibv_alloc_pd(self->d.ctx), self->src));
+	self->pd2 = ibv_alloc_pd(self->d.ctx);
+	ASSERT_NE(NULL, self->pd2);
+	ASSERT_EQ(0, rc_pair_open(&self->p[0], &self->d, NULL, LEN, &rc_default));
+	ASSERT_EQ(0, rc_pair_open(&self->p[1], &self->d, self->pd2, LEN, &rc_default));
 	self->mr = ibv_reg_mr(self->d.pd, self->a, LEN, ALL_ACCESS);
 	ASSERT_NE(NULL, self->mr);
 }
@@ -92,30 +53,23 @@ FIXTURE_TEARDOWN(rereg)
 	if (self->mr)
 		ibv_dereg_mr(self->mr);
 	for (int i = 0; i < 2; i++)
-		pair_down(&self->p[i]);
-	if (self->p[1].pd)
-		ibv_dealloc_pd(self->p[1].pd);
-	munmap(self->src, LEN);
+		rc_pair_close(&self->p[i]);
+	if (self->pd2)
+		ibv_dealloc_pd(self->pd2);
 	munmap(self->a, LEN);
 	munmap(self->b, LEN);
 	dev_close(&self->d);
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 
-/* Pair i runs op between src and raddr through the MR's key; returns the status. */
+/* Pair i runs op between its buffer and raddr through the MR's key; returns the status. */
 static int xfer(FIXTURE_DATA(rereg) *self, int i, enum ibv_wr_opcode op, uint32_t len,
 		uint64_t raddr)
 {
-	struct pair *p = &self->p[i];
-	struct ibv_wc wc;
-	int st;
+	int st = rc_xfer(&self->p[i], op, 0, len, raddr, self->mr->rkey);
 
-	if (post_send(p->qp[0], op, self->src, len, p->src_mr->lkey, raddr, self->mr->rkey, 0, 1) ||
-	    poll1(p->cq[0], &wc, 20000) != 1)
-		return -1;
-	st = wc.status;
 	if (st != IBV_WC_SUCCESS)
-		rc_reset_pair(&self->d, p->qp[0], p->qp[1]);
+		rc_reset_pair(&self->p[i]);
 	return st;
 }
 
@@ -123,29 +77,31 @@ static int xfer(FIXTURE_DATA(rereg) *self, int i, enum ibv_wr_opcode op, uint32_
 static int lands(FIXTURE_DATA(rereg) *self, int i, uint64_t raddr, char *dst, uint32_t len,
 		 unsigned int seed)
 {
-	fill(self->src, len, seed);
+	char *src = self->p[i].buf[0];
+
+	fill(src, len, seed);
 	return xfer(self, i, IBV_WR_RDMA_WRITE, len, raddr) == IBV_WC_SUCCESS &&
-	       !memcmp(self->src, dst, len);
+	       !memcmp(src, dst, len);
 }
 
 /* QP 1 of pair i receives into the MR at iova (dst in memory): its lkey as a local key. */
 static int local_recv(FIXTURE_DATA(rereg) *self, int i, uint64_t iova, char *dst, uint32_t len)
 {
-	struct pair *p = &self->p[i];
+	struct rc_pair *p = &self->p[i];
 	struct ibv_wc rwc, swc;
 	int st = -1;
 
-	fill(self->src, len, 77);
+	fill(p->buf[0], len, 77);
 	if (post_recv(p->qp[1], (void *)(uintptr_t)iova, len, self->mr->lkey, 5) ||
-	    post_send(p->qp[0], IBV_WR_SEND, self->src, len, p->src_mr->lkey, 0, 0, 0, 2))
+	    post_send(p->qp[0], IBV_WR_SEND, p->buf[0], len, p->mr[0]->lkey, 0, 0, 0, 2))
 		return -1;
 	/* Both completions, so none is left for the next transfer. */
 	if (poll1(p->cq[1], &rwc, 20000) == 1 && poll1(p->cq[0], &swc, 20000) == 1)
 		st = rwc.status ? rwc.status : swc.status;
-	if (!st && memcmp(self->src, dst, len))
+	if (!st && memcmp(p->buf[0], dst, len))
 		st = -1;
 	if (st)
-		rc_reset_pair(&self->d, p->qp[0], p->qp[1]);
+		rc_reset_pair(p);
 	return st;
 }
 
@@ -178,8 +134,8 @@ TEST_F(rereg, translation_moves_to_new_memory)
 	EXPECT_TRUE(lands(self, 0, (uintptr_t)self->b, self->b, LEN, 2));
 	/* The old range is outside the MR now, and a is untouched. */
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, 0, IBV_WR_RDMA_WRITE, 8, (uintptr_t)self->a));
-	fill(self->src, LEN, 1);
-	EXPECT_EQ(0, memcmp(self->src, self->a, LEN));
+	fill(self->p[0].buf[0], LEN, 1);
+	EXPECT_EQ(0, memcmp(self->p[0].buf[0], self->a, LEN));
 	/* A smaller range at an iova of its own: offsets from the iova. */
 	ASSERT_EQ(0, rr(self, TRANS, self->a + PAGE, PAGE, 0x10000000 + PAGE, NULL, 0));
 	EXPECT_TRUE(lands(self, 0, 0x10000000 + PAGE, self->a + PAGE, PAGE, 3));
@@ -262,7 +218,7 @@ TEST_F(rereg, every_combination_of_the_three)
 				  xfer(self, pdi, IBV_WR_RDMA_WRITE, 8, (uintptr_t)at));
 			fill(at, 64, 30 + flags);
 			EXPECT_EQ(IBV_WC_SUCCESS, xfer(self, pdi, IBV_WR_RDMA_READ, 64, (uintptr_t)at));
-			EXPECT_EQ(0, memcmp(self->src, at, 64));
+			EXPECT_EQ(0, memcmp(self->p[pdi].buf[0], at, 64));
 		}
 		if (flags & TRANS)
 			EXPECT_EQ(IBV_WC_REM_ACCESS_ERR,
@@ -273,6 +229,7 @@ TEST_F(rereg, every_combination_of_the_three)
 
 TEST_F(rereg, a_failure_leaves_the_mr_as_it_was)
 {
+	struct ibv_pd fake = *self->d.pd;
 	char *hole = map(LEN);
 
 	ASSERT_NE(MAP_FAILED, hole);
@@ -287,12 +244,8 @@ TEST_F(rereg, a_failure_leaves_the_mr_as_it_was)
 	EXPECT_EQ(-EINVAL, rr(self, TRANS, self->b, 1ull << 41, (uintptr_t)self->b, NULL, 0));
 	EXPECT_EQ(-EINVAL, rr(self, TRANS, self->b, LEN, UINT64_MAX & ~0xfffull, NULL, 0));
 	/* A PD handle that does not exist. */
-	{
-		struct ibv_pd fake = *self->d.pd;
-
-		fake.handle = 0xdead;
-		EXPECT_NE(0, rr(self, PD, NULL, 0, 0, &fake, 0));
-	}
+	fake.handle = 0xdead;
+	EXPECT_NE(0, rr(self, PD, NULL, 0, 0, &fake, 0));
 	EXPECT_TRUE(lands(self, 0, (uintptr_t)self->a, self->a, LEN, 9));
 	EXPECT_EQ(0, ibv_dereg_mr(self->mr));
 	self->mr = NULL;
@@ -375,7 +328,7 @@ TEST_F(rereg, odp_mrs_stay_odp_and_implicit_stays_implicit)
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, 0, IBV_WR_RDMA_WRITE, 8, (uintptr_t)self->a));
 	fill(self->b, 64, 15);
 	EXPECT_EQ(IBV_WC_SUCCESS, xfer(self, 0, IBV_WR_RDMA_READ, 64, (uintptr_t)self->b));
-	EXPECT_EQ(0, memcmp(self->src, self->b, 64));
+	EXPECT_EQ(0, memcmp(self->p[0].buf[0], self->b, 64));
 	ASSERT_EQ(0, rr(self, PD | ACCESS, NULL, 0, 0, self->p[1].pd, ODP_ACCESS));
 	EXPECT_TRUE(lands(self, 1, (uintptr_t)self->a, self->a, LEN, 16));
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, 0, IBV_WR_RDMA_WRITE, 8, (uintptr_t)self->a));

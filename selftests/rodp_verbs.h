@@ -244,4 +244,103 @@ static inline void fill(void *buf, size_t len, unsigned int seed)
 		p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 8));
 }
 
+
+/*
+ * A loopback RC pair on one device: QP 0 and QP 1 connected to each other with options o, each
+ * with its own CQ and a buffer of len bytes registered with ALL_ACCESS, all in one PD. QP 0 is
+ * the requester of rc_xfer().
+ */
+struct rc_pair {
+	struct dev *d;
+	struct ibv_pd *pd;
+	struct rc_opts o;
+	struct ibv_cq *cq[2];
+	struct ibv_qp *qp[2];
+	char *buf[2];
+	struct ibv_mr *mr[2];
+	size_t len;
+};
+
+#define RC_PAIR_CQE 256
+
+/* Undoes rc_pair_open, also a partial one. */
+static inline void rc_pair_close(struct rc_pair *p)
+{
+	for (int i = 0; i < 2; i++) {
+		if (p->qp[i])
+			ibv_destroy_qp(p->qp[i]);
+		if (p->mr[i])
+			ibv_dereg_mr(p->mr[i]);
+		if (p->cq[i])
+			ibv_destroy_cq(p->cq[i]);
+		if (p->buf[i])
+			munmap(p->buf[i], p->len);
+	}
+	memset(p, 0, sizeof(*p));
+}
+
+/*
+ * Opens an RC pair on d in pd (NULL: d's PD): 0, or -1 with what failed on stderr and what was
+ * made left for rc_pair_close.
+ */
+static inline int rc_pair_open(struct rc_pair *p, struct dev *d, struct ibv_pd *pd, size_t len,
+			       const struct rc_opts *o)
+{
+	struct dev in_pd = *d;
+	const char *what = NULL;
+
+	memset(p, 0, sizeof(*p));
+	p->d = d;
+	p->pd = in_pd.pd = pd ? pd : d->pd;
+	p->o = *o;
+	p->len = len;
+	for (int i = 0; i < 2 && !what; i++) {
+		void *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				 -1, 0);
+
+		p->buf[i] = buf == MAP_FAILED ? NULL : buf;
+		if (!p->buf[i])
+			what = "mmap";
+		else if (!(p->mr[i] = ibv_reg_mr(p->pd, p->buf[i], len, ALL_ACCESS)))
+			what = "ibv_reg_mr";
+		else if (!(p->cq[i] = ibv_create_cq(d->ctx, RC_PAIR_CQE, NULL, NULL, 0)))
+			what = "ibv_create_cq";
+		else if (!(p->qp[i] = make_qp(&in_pd, p->cq[i], p->cq[i], IBV_QPT_RC, NULL)))
+			what = "ibv_create_qp";
+	}
+	for (int i = 0; i < 2 && !what; i++)
+		if (rc_connect(p->qp[i], d, p->qp[!i]->qp_num, &d->gid, o))
+			what = "rc_connect";
+	if (what)
+		fprintf(stderr, "# rc_pair_open: %s failed: %s\n", what, strerror(errno));
+	return what ? -1 : 0;
+}
+
+/* Both QPs back to RESET and connected again: after an error completion moved them to ERR. */
+static inline int rc_reset_pair(struct rc_pair *p)
+{
+	struct ibv_qp_attr r = { .qp_state = IBV_QPS_RESET };
+
+	if (ibv_modify_qp(p->qp[0], &r, IBV_QP_STATE) || ibv_modify_qp(p->qp[1], &r, IBV_QP_STATE))
+		return -1;
+	if (rc_connect(p->qp[0], p->d, p->qp[1]->qp_num, &p->d->gid, &p->o))
+		return -1;
+	return rc_connect(p->qp[1], p->d, p->qp[0]->qp_num, &p->d->gid, &p->o);
+}
+
+/*
+ * QP 0 runs op between its buffer at off and raddr through rkey and waits for the completion:
+ * its status, or -1 if the WR could not be posted or did not complete within 30 s.
+ */
+static inline int rc_xfer(struct rc_pair *p, enum ibv_wr_opcode op, size_t off, uint32_t len,
+			  uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_wc wc;
+
+	if (post_send(p->qp[0], op, p->buf[0] + off, len, p->mr[0]->lkey, raddr, rkey, 0, 1) ||
+	    poll1(p->cq[0], &wc, 30000) != 1)
+		return -1;
+	return wc.status;
+}
+
 #endif
