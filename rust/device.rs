@@ -17,8 +17,8 @@ use crate::{
         netdev::ib_mtu_for,
         udata::Udata,
         verbs::{
-            advise_flags, device_cap, srq_type, wr_opcode, Advice, Notify, QpAttr, QpInit, RecvWr,
-            Route, SendWr, SgList, SrqAttr, WcOut,
+            advise_flags, device_cap, srq_type, Advice, Notify, QpAttr, QpInit, RecvWr, Route,
+            SendWr, SgList, SrqAttr, WcOut, WrOpcode,
         },
         DeviceAttr, NetDev, PortAttr,
     },
@@ -456,17 +456,18 @@ impl ib::Driver for Rodp {
     }
 
     fn post_send_wr(qp: &qp::Qp, wr: &SendWr<'_, ah::Ah>) -> Result {
-        use wr_opcode::*;
+        use WrOpcode::*;
         // Kernel consumers get sends, RDMA and atomics (memory windows are for user space).
+        let op = WrOpcode::from_raw(wr.wqe.opcode).ok_or(EINVAL)?;
         if !matches!(
-            wr.wqe.opcode,
-            RDMA_WRITE
-                | RDMA_WRITE_WITH_IMM
-                | RDMA_READ
-                | ATOMIC_CMP_AND_SWP
-                | ATOMIC_FETCH_AND_ADD
-                | SEND
-                | SEND_WITH_IMM
+            op,
+            RdmaWrite
+                | RdmaWriteWithImm
+                | RdmaRead
+                | AtomicCmpAndSwp
+                | AtomicFetchAndAdd
+                | Send
+                | SendWithImm
         ) {
             return Err(EINVAL);
         }

@@ -16,10 +16,10 @@
 use crate::{
     ah::{self, AhShared},
     ib::abi::Bind as BindWr,
-    odp::OdpCounters,
     mcast,
     mr::{Fault, MrShared},
     mw::MwShared,
+    odp::OdpCounters,
     qp::{self, QpShared},
     stats::Stats,
     table::Table,
