@@ -307,8 +307,8 @@ TEST_F(mw, a_bind_naming_a_dead_mr_is_not_an_mr_not_found)
 	ASSERT_LE(0, before);
 	bad_bind(self, _metadata, w, &gone, (uintptr_t)self->mem, PAGE, IBV_ACCESS_REMOTE_READ);
 	EXPECT_EQ(before, mrs_not_found());
-	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, xfer(self, IBV_WR_RDMA_READ, 0, 8, (uintptr_t)self->mem,
-					      gone.rkey));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR,
+		  rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, (uintptr_t)self->mem, gone.rkey));
 	EXPECT_EQ(before + 1, mrs_not_found());
 	reset(self, _metadata);
 	EXPECT_EQ(0, ibv_dealloc_mw(w));
