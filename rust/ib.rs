@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The FFI layer: safe wrappers over ib_core (`include/rdma/ib_verbs.h`, `rdma_netlink.h`).
+//! The binding layer: safe wrappers over ib_core (`include/rdma/ib_verbs.h`, `rdma_netlink.h`)
+//! and the kernel C APIs rodp needs that the kernel crate does not wrap, with no rodp policy.
 //!
-//! This is the only part of rodp that touches the generated bindings. Everything above it works
-//! with the safe types defined here.
+//! This is the only part of rodp that touches the generated bindings, and the only one allowed
+//! `unsafe`: `bindings` is private to it, and the crate root denies `unsafe_code` in every
+//! other module. Everything above it works with the safe types defined here.
 
 pub(crate) mod abi;
+mod bindings;
 pub(crate) mod debugfs;
 pub(crate) mod device;
 pub(crate) mod event;

@@ -5,25 +5,42 @@
 //! See `Documentation/rodp.rst`. Layers, top to bottom: module and device (`device`), verbs
 //! objects (`pd`, `ucontext`), and the FFI layer over ib_core (`ib`).
 
+#[deny(unsafe_code)]
 mod ah;
-mod bindings;
+#[deny(unsafe_code)]
 mod cq;
+#[deny(unsafe_code)]
 mod device;
+#[deny(unsafe_code)]
 mod engine;
 mod ib;
+#[deny(unsafe_code)]
 mod keys;
+#[deny(unsafe_code)]
 mod limit;
+#[deny(unsafe_code)]
 mod mcast;
+#[deny(unsafe_code)]
 mod mem;
+#[deny(unsafe_code)]
 mod mr;
+#[deny(unsafe_code)]
 mod mw;
+#[deny(unsafe_code)]
 mod odp;
+#[deny(unsafe_code)]
 mod pd;
+#[deny(unsafe_code)]
 mod qp;
+#[deny(unsafe_code)]
 mod queue;
+#[deny(unsafe_code)]
 mod srq;
+#[deny(unsafe_code)]
 mod stats;
+#[deny(unsafe_code)]
 mod table;
+#[deny(unsafe_code)]
 mod ucontext;
 
 use kernel::prelude::*;

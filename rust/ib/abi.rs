@@ -7,7 +7,7 @@
 //! user space at any time and are never trusted beyond their values.
 
 use super::verbs::{WcStatus, WrOpcode};
-use crate::bindings;
+use crate::ib::bindings;
 use core::mem::offset_of;
 use kernel::prelude::*;
 

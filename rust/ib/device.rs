@@ -16,7 +16,7 @@ use super::{
     udata::Udata,
     verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
-use crate::bindings;
+use crate::ib::bindings;
 use core::{mem::offset_of, ptr::addr_of_mut};
 use kernel::{
     error::{from_result, VTABLE_DEFAULT_ERROR},
@@ -48,7 +48,7 @@ pub(crate) enum LinkLayer {
 /// Legacy uverbs write commands ib_core leaves off unless a driver asks
 /// (`enum ib_uverbs_write_cmds`).
 pub(crate) mod write_cmd {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// `POST_SEND`.
     pub(crate) const POST_SEND: u32 = bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND;
@@ -59,7 +59,7 @@ pub(crate) mod write_cmd {
 
 /// Bits of `enum ib_kernel_cap_flags`.
 pub(crate) mod kernel_cap {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// `IB_ACCESS_ON_DEMAND` MRs (the core refuses them otherwise).
     pub(crate) const ON_DEMAND_PAGING: u64 =
@@ -71,7 +71,7 @@ pub(crate) mod kernel_cap {
 
 /// Bits of `enum ib_odp_general_cap_bits` and `enum ib_odp_transport_cap_bits`.
 pub(crate) mod odp_cap {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// Explicit ODP MRs.
     pub(crate) const SUPPORT: u64 = bindings::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64;
@@ -94,7 +94,7 @@ pub(crate) mod odp_cap {
 
 /// Bits of `enum ib_port_capability_mask_bits`.
 pub(crate) mod port_cap {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// The port runs a communication manager.
     pub(crate) const CM_SUP: u32 = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
@@ -102,7 +102,7 @@ pub(crate) mod port_cap {
 
 /// Bits of a port's `core_cap_flags` (`RDMA_CORE_PORT_*`).
 pub(crate) mod core_cap {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// RoCEv1 and RoCEv2 (UDP encapsulation) on an Ethernet port.
     pub(crate) const IBA_ROCE_UDP_ENCAP: u32 = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;

@@ -8,7 +8,7 @@
 //! do nothing.
 
 use super::verbs::Event;
-use crate::bindings;
+use crate::ib::bindings;
 use core::ptr::NonNull;
 use kernel::{
     new_spinlock_irq,

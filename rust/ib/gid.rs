@@ -4,7 +4,7 @@
 //! an address, which is how the local transport routes a packet to its destination device.
 
 use super::device::{Device, Driver};
-use crate::bindings;
+use crate::ib::bindings;
 use kernel::{error::from_err_ptr, prelude::*};
 
 impl<T: Driver> Device<T> {

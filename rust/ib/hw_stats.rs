@@ -9,7 +9,7 @@ use super::{
     device::{Device, Driver},
     object::Mr,
 };
-use crate::bindings;
+use crate::ib::bindings;
 use kernel::prelude::*;
 
 /// The name of one counter, in a table the driver declares once.

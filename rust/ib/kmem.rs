@@ -9,7 +9,7 @@
 //! additionally refuses anything outside the kernel's linear map, so a wrong address ends in an
 //! error completion instead of a fault.
 
-use crate::bindings;
+use crate::ib::bindings;
 use kernel::prelude::*;
 
 /// Checks that `[addr, addr + len)` lies in the linear map (kmalloc and page allocator

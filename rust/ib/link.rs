@@ -4,7 +4,7 @@
 //! (`include/rdma/rdma_netlink.h`, `linux/netdevice.h`, `linux/module.h`).
 
 use super::netdev::NetDev;
-use crate::bindings;
+use crate::ib::bindings;
 use core::marker::PhantomData;
 use kernel::{error::from_result, prelude::*, types::Opaque};
 

@@ -8,7 +8,7 @@
 //! driver's handle are gone. The shared rings are built on this.
 
 use super::{device::Driver, object::UContext};
-use crate::bindings;
+use crate::ib::bindings;
 use core::ptr::{addr_of_mut, NonNull};
 use kernel::{error::from_result, prelude::*, types::Opaque};
 

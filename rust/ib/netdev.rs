@@ -2,7 +2,7 @@
 
 //! Network devices as ib_core sees them (`include/linux/netdevice.h`, `rdma/ib_addr.h`).
 
-use crate::bindings;
+use crate::ib::bindings;
 use kernel::{prelude::*, types::Opaque};
 
 /// A network device the caller holds a reference on for the lifetime of the borrow.

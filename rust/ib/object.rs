@@ -7,7 +7,7 @@
 //! data; ib_core frees the memory.
 
 use super::{device::Driver, event::Events};
-use crate::bindings;
+use crate::ib::bindings;
 use core::{marker::PhantomData, mem::offset_of, ptr::addr_of_mut};
 use kernel::{prelude::*, sync::Arc, types::Opaque};
 

@@ -16,7 +16,7 @@ use super::{
     device::{Device, Driver},
     umem::{non_err, DevRef, PageRef},
 };
-use crate::bindings;
+use crate::ib::bindings;
 use core::{cell::UnsafeCell, ops::Range, ptr::NonNull};
 use kernel::{alloc::KVVec, page::PAGE_SIZE, prelude::*};
 

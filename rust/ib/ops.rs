@@ -15,7 +15,7 @@ use super::{
     udata::Udata,
     verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
-use crate::bindings;
+use crate::ib::bindings;
 use core::ptr::NonNull;
 use kernel::{container_of, error::from_result, prelude::*};
 

@@ -2,7 +2,7 @@
 
 //! The driver-specific part of a uverbs command (`struct ib_udata`): input and response bytes.
 
-use crate::bindings;
+use crate::ib::bindings;
 use kernel::{
     prelude::*,
     uaccess::{UserPtr, UserSlice},

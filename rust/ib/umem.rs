@@ -8,7 +8,7 @@
 //! [`PageRef`] and byte offset.
 
 use super::device::{Device, Driver};
-use crate::bindings;
+use crate::ib::bindings;
 use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{
     alloc::KVVec,

@@ -7,7 +7,7 @@
 //! a raw binding.
 
 use super::abi::{SendWqe, Sge, Wc};
-use crate::bindings;
+use crate::ib::bindings;
 use kernel::prelude::*;
 
 /// A QP state (`enum ib_qp_state`).
@@ -88,7 +88,7 @@ impl QpType {
 
 /// Bits of `ib_qp_attr_mask`.
 pub(crate) mod qp_mask {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// `qp_state`.
     pub(crate) const STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_STATE;
@@ -132,7 +132,7 @@ pub(crate) mod qp_mask {
 
 /// Bits of `enum ib_access_flags` (also the `IBV_ACCESS_*` values).
 pub(crate) mod access {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// Local write.
     pub(crate) const LOCAL_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
@@ -413,7 +413,7 @@ impl SrqAttr {
 
 /// SRQ types (`enum ib_srq_type`).
 pub(crate) mod srq_type {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// A plain shared receive queue.
     pub(crate) const BASIC: u32 = bindings::ib_srq_type_IB_SRQT_BASIC;
@@ -421,7 +421,7 @@ pub(crate) mod srq_type {
 
 /// Bits of `enum ib_srq_attr_mask`.
 pub(crate) mod srq_mask {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// Resize.
     pub(crate) const MAX_WR: u32 = bindings::ib_srq_attr_mask_IB_SRQ_MAX_WR;
@@ -506,7 +506,7 @@ impl WcStatus {
 
 /// Completion opcodes (`enum ib_uverbs_wc_opcode`, `IBV_WC_RECV*`).
 pub(crate) mod wc_opcode {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// Send.
     pub(crate) const SEND: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_SEND;
@@ -530,7 +530,7 @@ pub(crate) mod wc_opcode {
 
 /// Completion flags (`enum ib_wc_flags`).
 pub(crate) mod wc_flags {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// A GRH precedes the data.
     pub(crate) const GRH: u32 = bindings::ib_wc_flags_IB_WC_GRH;
@@ -635,7 +635,7 @@ impl WrOpcode {
 
 /// Send flags (`enum ib_send_flags`, also `IBV_SEND_*`).
 pub(crate) mod send_flags {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// Generate a completion.
     pub(crate) const SIGNALED: u32 = bindings::ib_send_flags_IB_SEND_SIGNALED as u32;
@@ -670,7 +670,7 @@ impl Notify {
 
 /// Bits of `enum ib_device_cap_flags`.
 pub(crate) mod device_cap {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// RNR NAKs are generated.
     pub(crate) const RC_RNR_NAK_GEN: u64 =
@@ -692,7 +692,7 @@ pub(crate) mod device_cap {
 
 /// Bits of `enum ib_mr_rereg_flags`.
 pub(crate) mod rereg {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// New address, length and iova.
     pub(crate) const TRANS: u32 = bindings::ib_mr_rereg_flags_IB_MR_REREG_TRANS;
@@ -792,7 +792,7 @@ pub(crate) enum Advice {
 
 /// Bits of the flags of `ibv_advise_mr` (`enum ib_uverbs_advise_mr_flag`).
 pub(crate) mod advise_flags {
-    use crate::bindings;
+    use crate::ib::bindings;
 
     /// Finish before returning.
     pub(crate) const FLUSH: u32 = bindings::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH;

@@ -3,7 +3,7 @@
 //! The module's workqueue (`alloc_workqueue` / `destroy_workqueue`): the engine's requesters
 //! run on it, and module unload drains it. The kernel crate only wraps the system queues.
 
-use crate::bindings;
+use crate::ib::bindings;
 use kernel::{
     prelude::*,
     sync::atomic::{Acquire, Atomic, Full, Release},

@@ -3,7 +3,7 @@
 //! An XArray that finds free indices itself (`include/linux/xarray.h`, `__xa_alloc_cyclic`):
 //! the kernel crate's `XArray` stores only at indices its user names, and cannot search.
 
-use crate::bindings;
+use crate::ib::bindings;
 use core::{marker::PhantomData, ptr, ptr::NonNull};
 use kernel::{
     prelude::*,
