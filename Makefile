@@ -13,8 +13,12 @@ KDIR_BUILT = $(KDIR)
 endif
 LLVM ?= -19
 RUSTC ?= /usr/bin/rustc
+# The module always builds under the kernel's clippy (CLIPPY=1; Kbuild's -Dwarnings denies its
+# warnings): the driver of the same toolchain as RUSTC (Debian's rust-web-clippy).
+CLIPPY_DRIVER ?= /usr/bin/clippy-driver
 export PATH := $(HOME)/.cargo/bin:$(PATH)
-kmake = $(MAKE) -C $(1) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC)
+kmake = $(MAKE) -C $(1) M=$(CURDIR) LLVM=$(LLVM) RUSTC=$(RUSTC) CLIPPY=1 \
+	CLIPPY_DRIVER=$(CLIPPY_DRIVER)
 KMAKE = $(call kmake,$(KDIR))
 # What a module build leaves in this tree (.gitignore lists the same): without a kernel build
 # to run Kbuild's clean, clean removes these by name.

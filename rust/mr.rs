@@ -450,7 +450,7 @@ impl Prefetch {
             GFP_KERNEL,
         )?;
         // A new work item is never queued already.
-        let _ = crate::ib::wq::get().enqueue(d);
+        crate::ib::wq::get().enqueue(d);
         Ok(())
     }
 }

@@ -389,7 +389,7 @@ impl Wc {
     }
 
     /// Serialises the entry.
-    pub(crate) fn to_bytes(&self) -> [u8; CQE_SIZE] {
+    pub(crate) fn to_bytes(self) -> [u8; CQE_SIZE] {
         type W = bindings::ib_uverbs_wc;
         let mut b = [0u8; CQE_SIZE];
         put(&mut b, offset_of!(W, wr_id), &self.wr_id.to_ne_bytes());

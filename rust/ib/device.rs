@@ -109,7 +109,7 @@ pub(crate) mod core_cap {
 }
 
 /// The size of a management datagram (`IB_MGMT_MAD_SIZE`).
-pub(crate) const MGMT_MAD_SIZE: u32 = bindings::IB_MGMT_MAD_SIZE as u32;
+pub(crate) const MGMT_MAD_SIZE: u32 = bindings::IB_MGMT_MAD_SIZE;
 
 /// Device attributes a driver reports from `query_device`; zero means "not supported".
 #[derive(Default)]
@@ -717,7 +717,7 @@ impl<T: Driver> Device<T> {
         // SAFETY: `ib` is a valid, unregistered device that we own; `data` is initialised, so the
         // `dealloc_driver` op installed here may drop it. `ib_set_device_ops` copies `ops`.
         unsafe {
-            (*ib).node_type = bindings::RDMA_NODE_IB_CA as _;
+            (*ib).node_type = bindings::RDMA_NODE_IB_CA as u8;
             (*ib).phys_port_cnt = 1;
             (*ib).num_comp_vectors = 1;
             (*ib).local_dma_lkey = 0;
@@ -725,7 +725,7 @@ impl<T: Driver> Device<T> {
             let desc = new.node_desc.to_bytes();
             let n = desc.len().min((*ib).node_desc.len() - 1);
             for (d, s) in (*ib).node_desc.iter_mut().zip(&desc[..n]) {
-                *d = *s as _;
+                *d = *s as kernel::ffi::c_char;
             }
             for cmd in T::WRITE_CMDS {
                 (*ib).uverbs_cmd_mask |= 1u64 << cmd;
@@ -916,25 +916,25 @@ impl<T: Driver> Device<T> {
                 c.per_transport_caps.rc_odp_caps = a.rc_odp_caps;
                 c.per_transport_caps.ud_odp_caps = a.ud_odp_caps;
                 (*attr).device_cap_flags = a.device_cap_flags;
-                (*attr).max_qp = a.max_qp as _;
-                (*attr).max_qp_wr = a.max_qp_wr as _;
-                (*attr).max_send_sge = a.max_sge as _;
-                (*attr).max_recv_sge = a.max_sge as _;
-                (*attr).max_sge_rd = a.max_sge_rd as _;
-                (*attr).max_cq = a.max_cq as _;
-                (*attr).max_cqe = a.max_cqe as _;
-                (*attr).max_mr = a.max_mr as _;
-                (*attr).max_mw = a.max_mw as _;
-                (*attr).max_qp_rd_atom = a.max_qp_rd_atom as _;
-                (*attr).max_qp_init_rd_atom = a.max_qp_init_rd_atom as _;
-                (*attr).max_res_rd_atom = a.max_res_rd_atom as _;
-                (*attr).max_srq = a.max_srq as _;
-                (*attr).max_srq_wr = a.max_srq_wr as _;
-                (*attr).max_srq_sge = a.max_srq_sge as _;
-                (*attr).max_ah = a.max_ah as _;
-                (*attr).max_mcast_grp = a.max_mcast_grp as _;
-                (*attr).max_mcast_qp_attach = a.max_mcast_qp_attach as _;
-                (*attr).max_total_mcast_qp_attach = a.max_total_mcast_qp_attach as _;
+                (*attr).max_qp = a.max_qp;
+                (*attr).max_qp_wr = a.max_qp_wr;
+                (*attr).max_send_sge = a.max_sge;
+                (*attr).max_recv_sge = a.max_sge;
+                (*attr).max_sge_rd = a.max_sge_rd;
+                (*attr).max_cq = a.max_cq;
+                (*attr).max_cqe = a.max_cqe;
+                (*attr).max_mr = a.max_mr;
+                (*attr).max_mw = a.max_mw;
+                (*attr).max_qp_rd_atom = a.max_qp_rd_atom;
+                (*attr).max_qp_init_rd_atom = a.max_qp_init_rd_atom;
+                (*attr).max_res_rd_atom = a.max_res_rd_atom;
+                (*attr).max_srq = a.max_srq;
+                (*attr).max_srq_wr = a.max_srq_wr;
+                (*attr).max_srq_sge = a.max_srq_sge;
+                (*attr).max_ah = a.max_ah;
+                (*attr).max_mcast_grp = a.max_mcast_grp;
+                (*attr).max_mcast_qp_attach = a.max_mcast_qp_attach;
+                (*attr).max_total_mcast_qp_attach = a.max_total_mcast_qp_attach;
                 (*attr).atomic_cap = if a.atomic_hca {
                     bindings::ib_atomic_cap_IB_ATOMIC_HCA
                 } else {

@@ -21,6 +21,10 @@ unsafe impl Sync for StatDesc {}
 
 impl StatDesc {
     /// A counter called `name`.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a const fn: `CStrExt::as_char_ptr` is a trait method"
+    )]
     pub(crate) const fn new(name: &'static CStr) -> Self {
         Self(bindings::rdma_stat_desc {
             name: name.as_ptr().cast(),

@@ -89,8 +89,8 @@ impl Handle {
             drop(unsafe { KBox::from_raw(entry) });
             return Err(Error::from_errno(ret));
         }
-        // SAFETY: `entry` is non-null (it came from a box).
         Ok(Self {
+            // SAFETY: `entry` is non-null (it came from a box).
             backing: Backing::Mapped(unsafe { NonNull::new_unchecked(entry) }),
             size,
         })
@@ -207,7 +207,8 @@ fn alloc(size: usize) -> Result<(NonNull<u8>, usize)> {
         .ok_or(EINVAL)?;
     // SAFETY: FFI call.
     let buf =
-        NonNull::new(unsafe { bindings::vmalloc_user(size as _) }.cast::<u8>()).ok_or(ENOMEM)?;
+        NonNull::new(unsafe { bindings::vmalloc_user(size as kernel::ffi::c_ulong) }.cast::<u8>())
+            .ok_or(ENOMEM)?;
     Ok((buf, size))
 }
 
