@@ -191,7 +191,8 @@ pub(crate) struct QpShared {
     /// Wakes the requester when a backoff ends.
     #[pin]
     timer: HrTimer<QpShared>,
-    /// Whether `timer` is armed and has not fired yet.
+    /// Whether `timer` was armed and has not fired yet; meaningful only while
+    /// `SendSide::backoff` holds the timer's handle.
     pub(crate) backoff_armed: Atomic<bool>,
     pub(crate) events: Arc<Events>,
 }
@@ -734,7 +735,11 @@ impl QpShared {
     /// Takes no attribute lock, so the engine may call it while holding ring locks.
     pub(crate) fn fail(self: &Arc<Self>, ev: Option<Event>) {
         if self.enter_err() {
-            self.failed(ev);
+            if let Some(ev) = ev {
+                self.events.event(ev);
+            }
+            self.flush_recv();
+            self.kick();
         }
     }
 
@@ -746,17 +751,6 @@ impl QpShared {
         }
         self.generation.fetch_add(1, Relaxed);
         true
-    }
-
-    /// The rest of a failure after [`Self::enter_err`], with no ring lock held (an event
-    /// handler may call back into the verbs): raises `ev`, flushes the receives and wakes the
-    /// requester to flush the sends.
-    pub(crate) fn failed(self: &Arc<Self>, ev: Option<Event>) {
-        if let Some(ev) = ev {
-            self.events.event(ev);
-        }
-        self.flush_recv();
-        self.kick();
     }
 
     /// Empties the rings and indices (modify to RESET).
@@ -782,12 +776,20 @@ impl QpShared {
 
     /// Completes every queued receive with `WR_FLUSH_ERR` (or, on an SRQ, reports the last
     /// WQE as reached).
+    ///
+    /// Does nothing unless the QP is in ERR: a flush that comes late (after the consumer reset
+    /// the QP and posted new receives) must not take them.
     pub(crate) fn flush_recv(&self) {
         if self.srq.is_some() {
-            self.events.event(Event::LastWqeReached);
+            if self.state() == QpState::Err {
+                self.events.event(Event::LastWqeReached);
+            }
             return;
         }
         let mut rq = self.rq.lock();
+        if self.state() != QpState::Err {
+            return;
+        }
         let mut cons = rq.cons;
         let Some(q) = rq.queue.as_ref() else {
             return;

@@ -138,13 +138,23 @@ pub(super) fn complete(
         stats.inc(Counter::SendErr);
         qp.enter_err()
     };
+    if entered_err && qp.srq.is_none() {
+        // The receives are flushed before the send's error completion is visible too: a
+        // consumer that sees it may reset the QP and post new receives at once.
+        qp.flush_recv();
+    }
     if failed || qp.sig_all || w.send_flags & send_flags::SIGNALED != 0 {
         qp.scq
             .post(&send_wc(qp, w, op, status, byte_len), false, &qp.events);
     }
     drop(sq);
     if entered_err {
-        qp.failed(None);
+        if qp.srq.is_some() {
+            // The SRQ's last-WQE event, raised with no ring lock held (its handler may call
+            // back into the verbs).
+            qp.flush_recv();
+        }
+        qp.kick();
     }
     true
 }
