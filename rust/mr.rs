@@ -41,8 +41,9 @@ const SUPPORTED: u32 = access::HUGETLB
     | access::REMOTE_ATOMIC
     | access::ON_DEMAND;
 
-/// Bytes copied per step when ODP memory takes part (each step holds the umem's mutex).
-const ODP_CHUNK: usize = 1024;
+/// The bounce buffer of a copy in which kernel memory (a kernel consumer's DMA MR) takes part;
+/// user memory, pinned or ODP, is copied page to page without one.
+const BOUNCE: usize = 1024;
 
 /// Why an access through a key failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -582,7 +583,7 @@ impl MrShared {
         }
         src.touch(src_off, len, false)?;
         self.touch(off, len, true)?;
-        let mut bounce = [0u8; ODP_CHUNK];
+        let mut bounce = [0u8; BOUNCE];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(bounce.len());

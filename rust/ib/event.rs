@@ -4,7 +4,7 @@
 //! `comp_handler`, the `event_handler` of CQs, QPs and SRQs).
 //!
 //! The driver keeps an [`Events`] for each CQ, QP and SRQ it creates and may call it from its
-//! engine at any time; the FFI layer revokes it when the object is destroyed, after which calls
+//! engine at any time; the binding layer revokes it when the object is destroyed, after which calls
 //! do nothing.
 
 use super::verbs::Event;
@@ -34,7 +34,7 @@ pub(super) enum Target {
 ///
 /// # Invariants
 ///
-/// While `target` is `Some`, the object it points to is live: the FFI layer sets it to `None`
+/// While `target` is `Some`, the object it points to is live: the binding layer sets it to `None`
 /// (under the lock) in the object's destroy op, before ib_core frees it.
 #[pin_data]
 pub(crate) struct Events {

@@ -3,7 +3,7 @@
 //! Verbs attributes as plain Rust values (`struct ib_qp_attr`, `ib_qp_init_attr`,
 //! `rdma_ah_attr`, `ib_srq_attr` and the IBA enums of `include/rdma/ib_verbs.h`).
 //!
-//! The FFI layer converts between these and the C structures, so the driver above it never reads
+//! The binding layer converts between these and the C structures, so the driver above it never reads
 //! a raw binding.
 
 use super::abi::{SendWqe, Sge, Wc};
