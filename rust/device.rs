@@ -12,9 +12,9 @@ use crate::{
             NewDevice, PortImmutable, SysfsStats, MGMT_MAD_SIZE,
         },
         event::Events,
-        hw_stats::StatDesc,
+        hw_stats::{DriverAttrs, MrCounters, StatDesc},
         link::{self, Link},
-        netdev::ib_mtu_for,
+        netdev::{self, ib_mtu_for},
         udata::Udata,
         verbs::{
             advise_flags, device_cap, srq_type, Advice, Notify, QpAttr, QpInit, RecvWr, Route,
@@ -114,12 +114,12 @@ pub(crate) type UContext = ib::object::UContext<Rodp>;
 pub(crate) type Pd = ib::object::Pd<Rodp>;
 
 impl Rodp {
-    fn new(name: &CStr, ndev: &NetDev, alive: Alive) -> Result<Self> {
+    fn new(name: &CStr, guid_be: u64, alive: Alive) -> Result<Self> {
         let odp = OdpCounters::new()?;
         let debugfs = stats::debugfs(name, odp.clone())?;
         let tables = Arc::pin_init(Tables::new(odp), GFP_KERNEL)?;
         Ok(Self {
-            guid_be: u64::from_ne_bytes(ndev.eui64()),
+            guid_be,
             pds: Limit::new(MAX_PD)?,
             cqs: Limit::new(cq::MAX_CQ)?,
             qps: Limit::new(qp::MAX_QP)?,
@@ -499,16 +499,12 @@ impl ib::Driver for Rodp {
         }
     }
 
-    fn mr_odp_kind(mr: &mr::Mr) -> Option<(&'static CStr, Option<usize>)> {
-        mr.odp_kind()
+    fn fill_mr_attrs(mr: &mr::Mr, out: &mut DriverAttrs) -> Result {
+        mr.fill_attrs(out)
     }
 
-    fn mr_windows(mr: &mr::Mr) -> u32 {
-        mr.windows()
-    }
-
-    fn mr_odp_stats(mr: &mr::Mr) -> Option<[u64; 5]> {
-        mr.odp_stats()
+    fn fill_mr_counters(mr: &mr::Mr, out: &mut MrCounters) -> Result {
+        mr.fill_counters(out)
     }
 
     fn attach_mcast(dev: &Device, qp: &qp::Qp, mgid: &[u8; 16]) -> Result {
@@ -560,14 +556,16 @@ impl Link for Rodp {
                 EBUSY
             });
         }
+        // The node and system image GUIDs are one value.
+        let guid_be = u64::from_ne_bytes(node_guid(ndev));
         let new = NewDevice {
             name,
             netdev: ndev,
-            node_guid_be: u64::from_ne_bytes(ndev.eui64()),
+            node_guid_be: guid_be,
             node_desc: c"rodp",
             owner: MODULE,
         };
-        ib::Device::<Rodp>::register(&new, Rodp::new(name, ndev, alive)).map_err(|e| {
+        ib::Device::<Rodp>::register(&new, Rodp::new(name, guid_be, alive)).map_err(|e| {
             // ib_core says ENFILE when the name is taken (nldev rejects the '%' patterns that
             // could also run out of numbers); EEXIST says what happened.
             if e == ENFILE {
@@ -605,4 +603,12 @@ impl Link for Rodp {
             ib::device::unregister_all(<Self as ib::Driver>::DRIVER_ID);
         }
     }
+}
+
+/// The node GUID, in network byte order: the netdev's MAC as a modified EUI-64 (`addrconf_addr_eui48`:
+/// `ff:fe` in the middle, the universal/local bit flipped), or a random MAC's when it has none,
+/// as rxe does.
+fn node_guid(ndev: &NetDev) -> [u8; 8] {
+    let m = ndev.mac().unwrap_or_else(netdev::random_mac);
+    [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
 }

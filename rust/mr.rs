@@ -8,6 +8,7 @@
 use crate::{
     device::{Device, Pd},
     ib::{
+        hw_stats::{DriverAttrs, MrCounters},
         kmem,
         umem::{AtomicOp, Umem},
         verbs::{access, rereg},
@@ -328,40 +329,44 @@ impl Mr {
         self.tables.current(self.key)
     }
 
-    /// For `rdma resource show mr`: `"explicit"` or `"implicit"` and the implicit MR's
-    /// number of children, for ODP MRs.
-    pub(crate) fn odp_kind(&self) -> Option<(&'static CStr, Option<usize>)> {
-        let s = self.shared()?;
-        let Memory::Odp(o) = &*s.mem else {
-            return None;
+    /// For `rdma -dd resource show mr`: `odp` (`explicit` or `implicit`) and an implicit
+    /// MR's `odp_children`, for ODP MRs; `windows`, the number of memory windows bound, when
+    /// there are any.
+    pub(crate) fn fill_attrs(&self, out: &mut DriverAttrs) -> Result {
+        let Some(s) = self.shared() else {
+            return Ok(());
         };
-        Some(match o.as_implicit() {
-            Some(i) => (c"implicit", Some(i.children())),
-            None => (c"explicit", None),
-        })
-    }
-
-    /// For `rdma resource show mr`: the number of memory windows bound to the MR.
-    pub(crate) fn windows(&self) -> u32 {
-        self.shared().map_or(0, |s| s.windows())
+        if let Memory::Odp(o) = &*s.mem {
+            match o.as_implicit() {
+                Some(i) => {
+                    out.string(c"odp", c"implicit")?;
+                    out.u32(c"odp_children", i.children().try_into().unwrap_or(u32::MAX))?;
+                }
+                None => out.string(c"odp", c"explicit")?,
+            }
+        }
+        match s.windows() {
+            0 => Ok(()),
+            n => out.u32(c"windows", n),
+        }
     }
 
     /// For `rdma statistic mr show`, as mlx5 names them: `page_faults` (pages),
     /// `page_faults_handled` (faults), `page_invalidations` (pages),
     /// `page_invalidations_handled` (callbacks), `page_prefetch` (pages); ODP MRs only.
-    pub(crate) fn odp_stats(&self) -> Option<[u64; 5]> {
-        let s = self.shared()?;
+    pub(crate) fn fill_counters(&self, out: &mut MrCounters) -> Result {
+        let Some(s) = self.shared() else {
+            return Ok(());
+        };
         let Memory::Odp(o) = &*s.mem else {
-            return None;
+            return Ok(());
         };
         let c = o.counters();
-        Some([
-            c.fault_pages.load(Relaxed),
-            c.faults.load(Relaxed),
-            c.invalidation_pages.load(Relaxed),
-            c.invalidations.load(Relaxed),
-            c.prefetch_pages.load(Relaxed),
-        ])
+        out.counter(c"page_faults", c.fault_pages.load(Relaxed))?;
+        out.counter(c"page_faults_handled", c.faults.load(Relaxed))?;
+        out.counter(c"page_invalidations", c.invalidation_pages.load(Relaxed))?;
+        out.counter(c"page_invalidations_handled", c.invalidations.load(Relaxed))?;
+        out.counter(c"page_prefetch", c.prefetch_pages.load(Relaxed))
     }
 }
 

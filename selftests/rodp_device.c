@@ -40,11 +40,35 @@ TEST_F(dev, listed_with_rxe_provider)
 	EXPECT_TRUE(found);
 }
 
+/* The modified EUI-64 of veth0's MAC (ff:fe in the middle, universal/local bit flipped). */
+static int veth0_eui64(uint8_t eui[8])
+{
+	unsigned int m[6];
+	char out[64];
+
+	if (sh(out, sizeof(out), "cat /sys/class/net/veth0/address") ||
+	    sscanf(out, "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6)
+		return -1;
+	eui[0] = m[0] ^ 2;
+	eui[1] = m[1];
+	eui[2] = m[2];
+	eui[3] = 0xff;
+	eui[4] = 0xfe;
+	eui[5] = m[3];
+	eui[6] = m[4];
+	eui[7] = m[5];
+	return 0;
+}
+
 TEST_F(dev, query_device_is_honest)
 {
 	struct ibv_device_attr a;
+	uint8_t eui[8];
 
 	ASSERT_EQ(0, ibv_query_device(self->ctx, &a));
+	/* The node GUID (network byte order) is the netdev MAC's EUI-64, as rxe makes it. */
+	ASSERT_EQ(0, veth0_eui64(eui));
+	EXPECT_EQ(0, memcmp(&a.node_guid, eui, 8));
 	EXPECT_EQ(65536, a.max_pd);
 	EXPECT_EQ(1, a.phys_port_cnt);
 	EXPECT_EQ(1, a.max_pkeys);

@@ -50,16 +50,18 @@ enum ib_port_state rodp_helper_ib_get_curr_port_state(struct net_device *ndev)
 	return ib_get_curr_port_state(ndev);
 }
 
-/* The node GUID: EUI-64 from the netdev's MAC, or random when it has none (as rxe does). */
-void rodp_helper_netdev_eui48(const struct net_device *ndev, u8 *eui64)
+/* The netdev's MAC address into mac[ETH_ALEN]; false when it has none that long. */
+bool rodp_helper_netdev_mac(const struct net_device *ndev, u8 *mac)
 {
-	u8 mac[ETH_ALEN];
+	if (ndev->addr_len < ETH_ALEN)
+		return false;
+	memcpy(mac, ndev->dev_addr, ETH_ALEN);
+	return true;
+}
 
-	if (ndev->addr_len >= ETH_ALEN)
-		memcpy(mac, ndev->dev_addr, ETH_ALEN);
-	else
-		eth_random_addr(mac);
-	addrconf_addr_eui48(eui64, mac);
+void rodp_helper_eth_random_addr(u8 *mac)
+{
+	eth_random_addr(mac);
 }
 
 const char *rodp_helper_netdev_name(const struct net_device *ndev)

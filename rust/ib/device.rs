@@ -9,7 +9,7 @@
 
 use super::{
     event::Events,
-    hw_stats::StatDesc,
+    hw_stats::{DriverAttrs, MrCounters, StatDesc},
     mmap,
     netdev::{NetDev, NetDevRef},
     object::{Ah, Cq, Mw, Pd, Qp, Srq, UContext},
@@ -238,7 +238,6 @@ pub(crate) struct SysfsStats {
 /// `destroy_ah` and `destroy_srq` are installed with the verb that creates the object, and the
 /// driver's hook in them ([`Driver::dealloc_mw`], [`Driver::destroy_ah`],
 /// [`Driver::destroy_srq`]) is optional, by default doing nothing before the data is dropped.
-/// [`Driver::mr_odp_kind`] and [`Driver::mr_windows`] share `fill_res_mr_entry`.
 #[vtable]
 pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Per-process context data (`struct ib_ucontext`).
@@ -499,21 +498,14 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         Err(EOPNOTSUPP)
     }
 
-    /// For `rdma resource show mr`: whether an MR is an explicit or implicit ODP MR, and an
-    /// implicit MR's number of children; `None` for other MRs.
-    fn mr_odp_kind(_mr: &Self::Mr) -> Option<(&'static CStr, Option<usize>)> {
-        None
+    /// For `rdma -dd resource show mr`: writes the MR's driver attributes.
+    fn fill_mr_attrs(_mr: &Self::Mr, _out: &mut DriverAttrs) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
     }
 
-    /// For `rdma resource show mr`: the number of memory windows bound to an MR.
-    fn mr_windows(_mr: &Self::Mr) -> u32 {
-        0
-    }
-
-    /// For `rdma statistic mr show`: an ODP MR's `page_faults`, `page_faults_handled`,
-    /// `page_invalidations`, `page_invalidations_handled` and `page_prefetch`.
-    fn mr_odp_stats(_mr: &Self::Mr) -> Option<[u64; 5]> {
-        None
+    /// For `rdma statistic mr show`: writes the MR's counters (none for an MR that has none).
+    fn fill_mr_counters(_mr: &Self::Mr, _out: &mut MrCounters) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
     }
 
     /// Current values of the port's counters, in [`Driver::COUNTERS`] order.
@@ -846,11 +838,8 @@ impl<T: Driver> Device<T> {
         advise_mr: op_if!(T::HAS_ADVISE_MR, Self::advise_mr_cb),
         alloc_hw_port_stats: op_if!(T::HAS_COUNTERS, Self::alloc_hw_port_stats_cb),
         get_hw_stats: op_if!(T::HAS_COUNTERS, Self::get_hw_stats_cb),
-        fill_res_mr_entry: op_if!(
-            T::HAS_MR_ODP_KIND || T::HAS_MR_WINDOWS,
-            Self::fill_res_mr_entry_cb
-        ),
-        fill_stat_mr_entry: op_if!(T::HAS_MR_ODP_STATS, Self::fill_stat_mr_entry_cb),
+        fill_res_mr_entry: op_if!(T::HAS_FILL_MR_ATTRS, Self::fill_res_mr_entry_cb),
+        fill_stat_mr_entry: op_if!(T::HAS_FILL_MR_COUNTERS, Self::fill_stat_mr_entry_cb),
         size_ib_ucontext: size_of::<UContext<T>>(),
         size_ib_pd: size_of::<Pd<T>>(),
         size_ib_cq: size_of::<Cq<T>>(),

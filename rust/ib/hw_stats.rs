@@ -78,15 +78,6 @@ impl<T: Driver> Device<T> {
     }
 }
 
-/// Names of the per-MR ODP counters, in the order of [`Driver::mr_odp_stats`] (mlx5's).
-const MR_STATS: [&CStr; 5] = [
-    c"page_faults",
-    c"page_faults_handled",
-    c"page_invalidations",
-    c"page_invalidations_handled",
-    c"page_prefetch",
-];
-
 /// A nested netlink attribute being filled; cancelled unless ended.
 struct Nest {
     msg: *mut bindings::sk_buff,
@@ -129,6 +120,69 @@ impl Drop for Nest {
     }
 }
 
+/// The driver attributes of an object that `rdma -dd resource show` prints
+/// (`RDMA_NLDEV_ATTR_DRIVER`), written through `rdma_nl_put_driver_*`.
+pub(crate) struct DriverAttrs {
+    msg: *mut bindings::sk_buff,
+    /// Started with the first attribute, so an object with none adds no empty nest.
+    nest: Option<Nest>,
+}
+
+impl DriverAttrs {
+    fn nest(&mut self) -> Result<*mut bindings::sk_buff> {
+        if self.nest.is_none() {
+            // SAFETY: `msg` is a message nldev is building (see `fill_res_mr_entry_cb`).
+            self.nest = Some(unsafe {
+                Nest::start(self.msg, bindings::rdma_nldev_attr_RDMA_NLDEV_ATTR_DRIVER)
+            }?);
+        }
+        Ok(self.msg)
+    }
+
+    /// Adds the string attribute `name` = `value`.
+    pub(crate) fn string(&mut self, name: &'static CStr, value: &'static CStr) -> Result {
+        let msg = self.nest()?;
+        // SAFETY: `msg` is being built and its driver nest is open; the strings are static.
+        Nest::check(unsafe {
+            bindings::rdma_nl_put_driver_string(msg, name.as_char_ptr(), value.as_char_ptr())
+        })
+    }
+
+    /// Adds the number attribute `name` = `value`.
+    pub(crate) fn u32(&mut self, name: &'static CStr, value: u32) -> Result {
+        let msg = self.nest()?;
+        // SAFETY: As in `string`.
+        Nest::check(unsafe { bindings::rdma_nl_put_driver_u32(msg, name.as_char_ptr(), value) })
+    }
+}
+
+/// The counters of an MR that `rdma statistic mr show` prints
+/// (`RDMA_NLDEV_ATTR_STAT_HWCOUNTERS`), written through `rdma_nl_stat_hwcounter_entry`.
+pub(crate) struct MrCounters {
+    msg: *mut bindings::sk_buff,
+    /// Started with the first counter.
+    nest: Option<Nest>,
+}
+
+impl MrCounters {
+    /// Adds the counter `name` = `value`.
+    pub(crate) fn counter(&mut self, name: &'static CStr, value: u64) -> Result {
+        if self.nest.is_none() {
+            // SAFETY: `msg` is a message nldev is building (see `fill_stat_mr_entry_cb`).
+            self.nest = Some(unsafe {
+                Nest::start(
+                    self.msg,
+                    bindings::rdma_nldev_attr_RDMA_NLDEV_ATTR_STAT_HWCOUNTERS,
+                )
+            }?);
+        }
+        // SAFETY: `msg` is being built and its counter nest is open; the name is static.
+        Nest::check(unsafe {
+            bindings::rdma_nl_stat_hwcounter_entry(self.msg, name.as_char_ptr(), value)
+        })
+    }
+}
+
 impl<T: Driver> Device<T> {
     /// # Safety
     ///
@@ -140,40 +194,11 @@ impl<T: Driver> Device<T> {
         kernel::error::from_result(|| {
             // SAFETY: Per the safety requirements.
             let data = unsafe { Mr::<T>::from_raw(mr) }.data();
-            let odp = T::mr_odp_kind(data);
-            let windows = T::mr_windows(data);
-            if odp.is_none() && windows == 0 {
-                return Ok(0);
+            let mut attrs = DriverAttrs { msg, nest: None };
+            T::fill_mr_attrs(data, &mut attrs)?;
+            if let Some(n) = attrs.nest.take() {
+                n.end();
             }
-            // SAFETY: Per the safety requirements.
-            let n = unsafe { Nest::start(msg, bindings::rdma_nldev_attr_RDMA_NLDEV_ATTR_DRIVER) }?;
-            if let Some((kind, children)) = odp {
-                // SAFETY: `msg` is being built; the strings are static.
-                Nest::check(unsafe {
-                    bindings::rdma_nl_put_driver_string(
-                        msg,
-                        c"odp".as_char_ptr(),
-                        kind.as_char_ptr(),
-                    )
-                })?;
-                if let Some(c) = children {
-                    // SAFETY: As above.
-                    Nest::check(unsafe {
-                        bindings::rdma_nl_put_driver_u32(
-                            msg,
-                            c"odp_children".as_char_ptr(),
-                            c as u32,
-                        )
-                    })?;
-                }
-            }
-            if windows > 0 {
-                // SAFETY: As above.
-                Nest::check(unsafe {
-                    bindings::rdma_nl_put_driver_u32(msg, c"windows".as_char_ptr(), windows)
-                })?;
-            }
-            n.end();
             Ok(0)
         })
     }
@@ -187,23 +212,12 @@ impl<T: Driver> Device<T> {
     ) -> c_int {
         kernel::error::from_result(|| {
             // SAFETY: Per the safety requirements.
-            let Some(values) = T::mr_odp_stats(unsafe { Mr::<T>::from_raw(mr) }.data()) else {
-                return Ok(0);
-            };
-            // SAFETY: Per the safety requirements.
-            let n = unsafe {
-                Nest::start(
-                    msg,
-                    bindings::rdma_nldev_attr_RDMA_NLDEV_ATTR_STAT_HWCOUNTERS,
-                )
-            }?;
-            for (name, v) in MR_STATS.iter().zip(values) {
-                // SAFETY: `msg` is being built; the names are static.
-                Nest::check(unsafe {
-                    bindings::rdma_nl_stat_hwcounter_entry(msg, name.as_char_ptr(), v)
-                })?;
+            let data = unsafe { Mr::<T>::from_raw(mr) }.data();
+            let mut counters = MrCounters { msg, nest: None };
+            T::fill_mr_counters(data, &mut counters)?;
+            if let Some(n) = counters.nest.take() {
+                n.end();
             }
-            n.end();
             Ok(0)
         })
     }

@@ -62,13 +62,20 @@ impl NetDev {
         }
     }
 
-    /// An EUI-64 made from the MAC address (random bytes when the device has none).
-    pub(crate) fn eui64(&self) -> [u8; 8] {
-        let mut eui = [0u8; 8];
-        // SAFETY: The device is live (type invariant) and `eui` has room for 8 bytes.
-        unsafe { bindings::netdev_eui48(self.as_raw(), eui.as_mut_ptr()) };
-        eui
+    /// The MAC address, if the device has an Ethernet-sized one.
+    pub(crate) fn mac(&self) -> Option<[u8; 6]> {
+        let mut mac = [0u8; 6];
+        // SAFETY: The device is live (type invariant) and `mac` has room for `ETH_ALEN` bytes.
+        unsafe { bindings::netdev_mac(self.as_raw(), mac.as_mut_ptr()) }.then_some(mac)
     }
+}
+
+/// A random locally administered unicast MAC address (`eth_random_addr`).
+pub(crate) fn random_mac() -> [u8; 6] {
+    let mut mac = [0u8; 6];
+    // SAFETY: `mac` has room for `ETH_ALEN` bytes.
+    unsafe { bindings::eth_random_addr(mac.as_mut_ptr()) };
+    mac
 }
 
 /// An owned reference on a network device, dropped with `dev_put`.
