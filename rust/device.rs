@@ -536,7 +536,7 @@ impl Link for Rodp {
 
     fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         let alive = Alive::new();
-        if link::module_loaded(RXE_MODULE) {
+        if link::module_loaded(MODULE, RXE_MODULE) {
             pr_err!("{RXE_MODULE:?} is loaded: refusing to create {name:?}; unload it first\n");
             return Err(EBUSY);
         }
@@ -599,7 +599,7 @@ impl Link for Rodp {
     fn teardown() {
         // rdma_rxe cannot load while rodp devices exist, so when it is loaded now every device
         // of the shared driver id is rxe's own and must be left alone.
-        if !link::module_loaded(RXE_MODULE) {
+        if !link::module_loaded(MODULE, RXE_MODULE) {
             ib::device::unregister_all(<Self as ib::Driver>::DRIVER_ID);
         }
     }

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C helpers for rodp's FFI layer (rust/ib/): static inlines and macros exported as functions.
+ * C helpers for rodp's binding layer (rust/ib/): static inlines, macros and the struct fields
+ * bindgen cannot reach, exported as functions. Nothing else: logic lives in Rust.
  */
 #include <linux/etherdevice.h>
 #include <linux/if_vlan.h>
-#include <linux/rculist.h>
 #include <linux/vmalloc.h>
-#include <net/addrconf.h>
 #include <rdma/ib_addr.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
@@ -79,32 +78,15 @@ enum ib_mtu rodp_helper_iboe_get_mtu(int mtu)
 	return iboe_get_mtu(mtu);
 }
 
-/*
- * Whether a module of this name is loaded. module.c keeps find_module() private, so walk the
- * module list from our own entry under RCU, as find_module_all() does from the list head. The
- * head itself lives in vmlinux data, outside the module area, and is skipped by address:
- * every real entry is the `list` member of a struct module inside module memory.
- */
-bool rodp_helper_module_loaded(const char *name)
+/* The module area: every struct module lives inside it. */
+unsigned long rodp_helper_modules_vaddr(void)
 {
-	struct list_head *self = &THIS_MODULE->list, *p;
-	bool found = false;
+	return MODULES_VADDR;
+}
 
-	rcu_read_lock();
-	for (p = rcu_dereference(list_next_rcu(self)); p != self;
-	     p = rcu_dereference(list_next_rcu(p))) {
-		struct module *mod;
-
-		if ((unsigned long)p < MODULES_VADDR || (unsigned long)p >= MODULES_END)
-			continue;
-		mod = container_of(p, struct module, list);
-		if (mod->state != MODULE_STATE_UNFORMED && !strcmp(mod->name, name)) {
-			found = true;
-			break;
-		}
-	}
-	rcu_read_unlock();
-	return found;
+unsigned long rodp_helper_modules_end(void)
+{
+	return MODULES_END;
 }
 
 const char *rodp_helper_module_name(const struct module *mod)

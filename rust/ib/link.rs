@@ -152,7 +152,35 @@ impl<T: Link> PinnedDrop for Registration<T> {
 }
 
 /// Whether a module called `name` is loaded.
-pub(crate) fn module_loaded(name: &CStr) -> bool {
-    // SAFETY: `name` is a valid C string.
-    unsafe { bindings::module_loaded(name.as_char_ptr()) }
+///
+/// `find_module` is private to module.c, so this walks the module list from `this` module's own
+/// entry under RCU, as `find_module_all` does from the list head. The head lives in vmlinux
+/// data, outside the module area, and is skipped by address: every other entry is the `list`
+/// member of a `struct module` in module memory.
+pub(crate) fn module_loaded(this: &ThisModule, name: &CStr) -> bool {
+    let _rcu = kernel::sync::rcu::read_lock();
+    // SAFETY: Constants of the architecture.
+    let area = unsafe { bindings::modules_vaddr()..bindings::modules_end() };
+    // SAFETY: `this` is the calling module, loaded while its code runs.
+    let start = unsafe { &raw mut (*this.as_ptr()).list };
+    // SAFETY: Entries of the RCU-protected module list stay valid until the read-side section
+    // ends; each `next` is read once, as `rcu_dereference` does.
+    let next = |p: *mut bindings::list_head| unsafe { (&raw const (*p).next).read_volatile() };
+    let mut p = next(start);
+    while p != start {
+        if area.contains(&(p as c_ulong)) {
+            // SAFETY: `p` is the `list` member of a live `struct module` (see above).
+            let m = unsafe { kernel::container_of!(p, bindings::module, list) };
+            // SAFETY: As above; `name` is a NUL-terminated array.
+            let found = unsafe {
+                (*m).state != bindings::module_state_MODULE_STATE_UNFORMED
+                    && CStr::from_char_ptr((*m).name.as_ptr()) == name
+            };
+            if found {
+                return true;
+            }
+        }
+        p = next(p);
+    }
+    false
 }
