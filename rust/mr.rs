@@ -247,7 +247,7 @@ impl Mr {
     /// nor the paging mode changes and it is writable enough for the new rights; otherwise new
     /// memory is set up (pinned or faulted as a new registration would) before anything
     /// changes, so a failure leaves the MR as it was. `EBUSY` while windows are bound.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     pub(crate) fn reregister(
         &self,
         dev: &Device,

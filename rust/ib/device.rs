@@ -338,7 +338,6 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// Registers memory of the calling process (`ctx`; `None` for a kernel caller); returns the
     /// MR data and its key (lkey = rkey).
-    #[allow(clippy::too_many_arguments)]
     fn reg_user_mr(
         dev: &Device<Self>,
         pd: &Pd<Self>,
@@ -359,7 +358,7 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Re-registers an MR in place (`IB_MR_REREG_*` in `flags`; `pd` is the MR's PD when the
     /// flags do not change it) for the calling process (`ctx`; `None` for a kernel caller);
     /// returns the key, which ib_core reports as lkey and rkey. On error the MR is unchanged.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn rereg_user_mr(
         _dev: &Device<Self>,
         _mr: &Self::Mr,
@@ -406,7 +405,6 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// Creates an SRQ of type `srq_type` (`enum ib_srq_type`) for user space (`ctx` and
     /// `udata`) or a kernel consumer (neither); `attr` is updated to what was allocated.
-    #[allow(clippy::too_many_arguments)]
     fn create_srq(
         _dev: &Device<Self>,
         _pd: &Pd<Self>,
@@ -443,7 +441,7 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Creates a QP, for user space (`ctx` and `udata`) or a kernel consumer (neither);
     /// `init.cap` is updated to what was allocated. `cqs` are the send and receive CQs (ib_core
     /// passes none for some QP types). Returns the data and the QP number.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn create_qp(
         dev: &Device<Self>,
         pd: &Pd<Self>,

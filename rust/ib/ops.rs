@@ -215,7 +215,6 @@ impl<T: Driver> Device<T> {
     ///
     /// `mr` came from `reg_user_mr_cb` and ib_core holds it for writing; `pd` is a live PD of
     /// the same device; `udata` is null or the valid udata of the call.
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe extern "C" fn rereg_user_mr_cb(
         mr: *mut bindings::ib_mr,
         flags: c_int,
