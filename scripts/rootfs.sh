@@ -35,7 +35,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576 rodp /mnt/rodp
 exec /bin/sh /mnt/rodp/guest-init
 INIT
 chmod 755 "$1/sbin/rodp-init"; echo rodp-guest > "$1/etc/hostname"' \
-	"$suite" "$dir/root" http://deb.debian.org/debian >&2
+	"$suite" "$dir/root" "$(debian_mirror)" >&2
 dpkg-query --admindir="$dir/root/var/lib/dpkg" -W rdma-core >&2
 mke2fs -q -t ext4 -L rodproot -d "$dir/root" "$dir/img" 2G >&2 # stdout carries only the path
 mv "$dir/img" "$img"

@@ -40,7 +40,7 @@ if [ ! -f "$src_root/.done" ]; then
 	rm -rf "$apt_dir" "$src_root"
 	mkdir -p "$apt_dir"/{state/lists/partial,cache/archives/partial,etc/preferences.d} "$src_root"
 	cat >"$apt_dir/etc/sources.list" <<SRC
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie-backports main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $(debian_mirror) trixie-backports main
 SRC
 	aopt=(-o Dir::State="$apt_dir/state" -o Dir::Cache="$apt_dir/cache"
 	      -o Dir::Etc::SourceList="$apt_dir/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null

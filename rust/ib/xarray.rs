@@ -139,10 +139,10 @@ impl<T: ForeignOwnable> Guard<'_, T> {
     pub(crate) fn reserve_cyclic(&mut self, min: u32, max: u32, next: &mut u32) -> Result<u32> {
         let mut id = 0u32;
         let limit = bindings::xa_limit { min, max };
+        // INVARIANT: a NULL entry is stored as a reservation (`XA_ZERO_ENTRY`).
+        //
         // SAFETY: `self.xa.xa` is valid and tracks free indices (type invariant); this guard
         // holds its lock, which `__xa_alloc_cyclic` may drop only to allocate.
-        //
-        // INVARIANT: a NULL entry is stored as a reservation (`XA_ZERO_ENTRY`).
         let ret = unsafe {
             bindings::__xa_alloc_cyclic(
                 self.xa.xa.get(),
