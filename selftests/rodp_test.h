@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <infiniband/verbs.h>
 
 /* Runs a shell command; returns its exit status and, in out (if given), its stdout+stderr. */
@@ -40,6 +41,18 @@ static inline int sh(char *out, size_t outlen, const char *fmt, ...)
 	}
 	st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * The security tests' attacker: from here on, this process is uid/gid 65534 (nobody) with no
+ * supplementary groups and no capabilities. Call it in a forked child, before opening the
+ * device; returns 0 or -1.
+ */
+static inline int become_nobody(void)
+{
+	if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+		return -1;
+	return getuid() == 65534 && geteuid() == 65534 ? 0 : -1;
 }
 
 /* Opens the verbs device called name, or returns NULL. */
