@@ -435,11 +435,7 @@ impl ib::Driver for Rodp {
     }
 
     fn modify_qp(dev: &Device, qp: &qp::Qp, attr: &QpAttr, mask: u32) -> Result {
-        qp.modify(
-            |r: &Route| dev.query_gid(r.sgid_index.into()).map(|_| ()),
-            attr,
-            mask,
-        )
+        qp.modify(|r: &Route| dev.query_gid(r.sgid_index.into()), attr, mask)
     }
 
     fn query_qp(qp: &qp::Qp) -> Result<(QpAttr, QpInit)> {

@@ -42,6 +42,9 @@ pub(crate) struct Message<'a> {
     pub(crate) opcode: WrOpcode,
     /// Sending QP number.
     pub(crate) src_qpn: u32,
+    /// The GID the message comes from (the sending QP's source GID): with `src_qpn`, what an
+    /// RC responder compares with its connected peer.
+    pub(crate) src_gid: [u8; 16],
     /// Immediate data (network order).
     pub(crate) imm: u32,
     /// Whether the receiver's solicited event fires.
@@ -97,7 +100,8 @@ pub(crate) enum Reply {
     Nak(Nak),
     /// No receive WQE: retry after the given RNR timer code.
     Rnr(u8),
-    /// Silently dropped (destination not ready, wrong Q_Key, ...).
+    /// Silently dropped (destination not ready, not from an RC responder's peer, wrong Q_Key,
+    /// ...).
     Drop,
 }
 

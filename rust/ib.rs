@@ -21,6 +21,7 @@ pub(crate) mod netdev;
 pub(crate) mod object;
 pub(crate) mod odp;
 mod ops;
+pub(crate) mod random;
 pub(crate) mod udata;
 pub(crate) mod umem;
 pub(crate) mod verbs;

@@ -4,21 +4,25 @@
 //! `rxe_mw.c`): the numbered objects of a device, the MR and window key space, and every access
 //! made through a key — local and remote accesses, window binds and invalidations.
 //!
-//! A key is `index << 8 | variant byte`. MRs take the indices `1..=`[`MAX_MR`], windows the
+//! A key is `index << 8 | key byte`. MRs take the indices `1..=`[`MAX_MR`], windows the
 //! indices above ([`MIN_MW`]`..=`[`MAX_MW_INDEX`]), so one lookup tells windows and MRs apart.
-//! A new MR or window takes the next variant byte of its kind, so a key of an earlier object at
-//! the same index does not reach it; a bind gives a window the byte its work request names
-//! (see `mw.rs`). Re-registration keeps an MR's key.
+//! Neither part is predictable (rxe's `rxe_get_next_key` randomises the byte only): a new MR or
+//! window takes a random free index (a [`Table::new_random`]) and a random key byte, so the
+//! keys a user was given just before and after someone else's tell nothing about it, and a key
+//! of an earlier object at the same index reaches a new one with odds of 1 in 256. A bind gives
+//! a window the byte its work request names (see `mw.rs`). Re-registration keeps an MR's key.
+//! Every lookup compares the whole key: a stale key (of a freed object, or of a window before
+//! its latest bind) reaches nothing. QP numbers are random too, below the multicast QPN.
 //!
 //! The checks an access makes belong to the object it reaches: [`MrShared::check`] for an MR,
 //! `MwShared`'s for a window (each citing the IBA rule it enforces).
 
 use crate::{
     ah::{self, AhShared},
-    ib::abi::Bind as BindWr,
+    ib::{abi::Bind as BindWr, random},
     mcast,
     mr::{Fault, MrShared},
-    mw::MwShared,
+    mw::{MwShared, Via},
     odp::OdpCounters,
     qp::{self, QpShared},
     stats::Stats,
@@ -26,10 +30,7 @@ use crate::{
 };
 use kernel::{
     prelude::*,
-    sync::{
-        atomic::{Atomic, Relaxed},
-        Arc,
-    },
+    sync::{atomic::Relaxed, Arc},
 };
 
 /// Maximum number of MRs per device (key indices `1..=MAX_MR`; memory windows use the indices
@@ -45,12 +46,6 @@ pub(crate) const MAX_MW_INDEX: u32 = (1 << 24) - 1;
 /// Maximum number of memory windows per device.
 pub(crate) const MAX_MW: u32 = MAX_MW_INDEX - MIN_MW + 1;
 
-/// Variant bytes for new MR keys.
-static MR_VARIANT: Atomic<u32> = Atomic::new(0);
-
-/// Variant bytes for new window keys.
-static MW_VARIANT: Atomic<u32> = Atomic::new(0);
-
 /// The table index of `key`.
 pub(crate) fn index(key: u32) -> u32 {
     key >> 8
@@ -61,15 +56,9 @@ pub(crate) fn is_window(key: u32) -> bool {
     index(key) >= MIN_MW
 }
 
-/// Enters the object `make` builds for its new key in `table`, the key's variant byte the next
-/// of `variants`.
-fn insert<T: Send + Sync + 'static>(
-    table: &Table<T>,
-    variants: &Atomic<u32>,
-    make: impl FnOnce(u32) -> Result<Arc<T>>,
-) -> Result<Arc<T>> {
-    let variant = variants.fetch_add(1, Relaxed) & 0xff;
-    table.insert(|index| make(index << 8 | variant))
+/// A new key for `index`: a random key byte (rxe's `rxe_get_next_key`).
+fn new_key(index: u32) -> u32 {
+    index << 8 | (random::u32() & 0xff)
 }
 
 /// The numbered objects of a device the engine looks up: QPs by number, MRs and windows by key,
@@ -102,10 +91,11 @@ impl Tables {
     /// Empty tables for a device whose ODP totals are `odp`.
     pub(crate) fn new(odp: Arc<OdpCounters>) -> impl PinInit<Self> {
         pin_init!(Self {
-            qps <- Table::new(qp::MIN_QPN, qp::MAX_QPN),
-            mrs <- Table::new(1, MAX_MR),
+            // The top QPN is multicast's.
+            qps <- Table::new_random(qp::MIN_QPN, qp::MAX_QPN.min(mcast::MULTICAST_QPN - 1)),
+            mrs <- Table::new_random(1, MAX_MR),
             ahs <- Table::new(1, ah::MAX_AH),
-            mws <- Table::new(MIN_MW, MAX_MW_INDEX),
+            mws <- Table::new_random(MIN_MW, MAX_MW_INDEX),
             groups <- mcast::Groups::new(),
             odp,
             stats: Stats::new(),
@@ -117,7 +107,7 @@ impl Tables {
         &self,
         make: impl FnOnce(u32) -> Result<Arc<MrShared>>,
     ) -> Result<Arc<MrShared>> {
-        insert(&self.mrs, &MR_VARIANT, make)
+        self.mrs.insert(|index| make(new_key(index)))
     }
 
     /// Enters the window `make` builds for its first key.
@@ -125,7 +115,7 @@ impl Tables {
         &self,
         make: impl FnOnce(u32) -> Result<Arc<MwShared>>,
     ) -> Result<Arc<MwShared>> {
-        insert(&self.mws, &MW_VARIANT, make)
+        self.mws.insert(|index| make(new_key(index)))
     }
 
     /// The registration `key` names now, if the key is current. Counts nothing: for lookups
@@ -145,24 +135,25 @@ impl Tables {
         mr
     }
 
-    /// The window `key` indexes, if `key` is a window's (its key byte is not checked).
+    /// The window whose current key is `key`. (The window's own checks compare the key again
+    /// under its lock: a bind may change it meanwhile.)
     fn window(&self, key: u32) -> Option<Arc<MwShared>> {
         if !is_window(key) {
             return None;
         }
-        self.mws.get(index(key))
+        self.mws.get(index(key)).filter(|w| w.key() == key)
     }
 
-    /// Executes a bind posted on `qp` (IBA 10.6.7.2.x, with rxe's checks): `Err` completes it
-    /// with `IB_WC_MW_BIND_ERR`.
+    /// Executes a bind posted on `qp` (IBA 10.6.7.2.x, with rxe's checks), which names the
+    /// window by its current key: `Err` completes it with `IB_WC_MW_BIND_ERR`.
     pub(crate) fn bind_mw(&self, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
         self.window(w.mw_rkey).ok_or(())?.bind(self, qp, w)
     }
 
-    /// Invalidates the type 2B window `key`: by a local invalidate (`via: None`), or by a
-    /// send with invalidate arriving on `via`, which must be the QP the window is bound to.
-    /// `Err` for MR keys, type 1 windows, stale keys and windows not bound.
-    pub(crate) fn invalidate(&self, key: u32, via: Option<&QpShared>) -> Result<(), ()> {
+    /// Invalidates the type 2B window whose current key is `key`, as `via` asks (see
+    /// [`MwShared::invalidate`]). `Err` for MR keys, type 1 windows, stale keys, windows not
+    /// bound, and invalidations from a QP the window does not serve.
+    pub(crate) fn invalidate(&self, key: u32, via: Via<'_>) -> Result<(), ()> {
         self.window(key).ok_or(())?.invalidate(key, via)
     }
 
@@ -185,5 +176,33 @@ impl Tables {
         self.window(key)
             .ok_or(Fault::Key)?
             .resolve(qp, key, addr, len, right)
+    }
+}
+
+#[kunit_tests(rodp_keys)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_keys_keep_their_index_and_do_not_count_up() {
+        let mut prev = new_key(5);
+        let mut steps = 0;
+        for _ in 0..32 {
+            let k = new_key(5);
+            assert_eq!(index(k), 5);
+            if k & 0xff == (prev + 1) & 0xff {
+                steps += 1;
+            }
+            prev = k;
+        }
+        // A counter steps by one every time; random bytes do with odds of 1 in 256 each.
+        assert!(steps < 8);
+    }
+
+    #[test]
+    fn windows_and_mrs_are_told_apart_by_index() {
+        assert!(!is_window(MAX_MR << 8 | 0xff));
+        assert!(is_window(MIN_MW << 8));
+        assert!(is_window(MAX_MW_INDEX << 8 | 0xff));
     }
 }

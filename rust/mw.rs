@@ -3,10 +3,13 @@
 //! Memory windows (rxe's `rxe_mw.c`): type 1 and type 2B windows onto part of an MR, bound and
 //! invalidated by work requests, and the remote accesses that go through them.
 //!
-//! A window's rkey is `index << 8 | key byte` (see `keys.rs`). A bind takes the new key byte
-//! from the work request and refuses one that would leave the key unchanged, so a key handed
-//! out for an earlier binding never reaches a later one. The window holds the MR it is bound to; the MR counts its windows
-//! and refuses deregistration and re-registration while any is bound.
+//! A window's rkey is `index << 8 | key byte` (see `keys.rs`), the byte random at allocation.
+//! Every operation names the window by its whole current key: a bind (the rxe provider passes
+//! the key it knows as the bind's `mw_rkey`, as rxe requires), an invalidation and a remote
+//! access. A bind takes the new key byte from the work request and refuses one that would leave
+//! the key unchanged, so a key handed out for an earlier binding never reaches a later one. Only
+//! QPs of the window's PD bind or invalidate it. The window holds the MR it is bound to; the MR
+//! counts its windows and refuses deregistration and re-registration while any is bound.
 //!
 //! Locks: a window's state, then an MR's window count ([`MrShared::add_window`]); nothing is
 //! taken under the count.
@@ -54,6 +57,15 @@ struct State {
     bound: Option<Bound>,
     /// Deallocated: never bound again.
     freed: bool,
+}
+
+/// How an invalidation of a window arrives.
+#[derive(Clone, Copy)]
+pub(crate) enum Via<'a> {
+    /// A local invalidate posted on this QP.
+    Local(&'a QpShared),
+    /// A send with invalidate arriving on this QP.
+    Send(&'a QpShared),
 }
 
 /// A window as the engine sees it.
@@ -122,6 +134,11 @@ impl Drop for Mw {
 }
 
 impl MwShared {
+    /// The window's current key.
+    pub(crate) fn key(&self) -> u32 {
+        self.state.lock().key
+    }
+
     /// Executes the bind `w` of this window posted on `qp` (IBA 10.6.7.2.x, with rxe's checks),
     /// the MR it names looked up in `tables`: `Err` completes it with `IB_WC_MW_BIND_ERR`.
     pub(crate) fn bind(&self, tables: &Tables, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
@@ -161,8 +178,9 @@ impl MwShared {
             None
         };
         let mut st = self.state.lock();
-        // o10-37.2.30: a type 2B window is bound only while free.
-        if st.freed || (self.type2 && st.bound.is_some()) {
+        // o10-37.2.30: a type 2B window is bound only while free. The bind names the window by
+        // its current key (rxe's `rxe_bind_mw`): a bind racing this one names a stale key.
+        if st.freed || (self.type2 && st.bound.is_some()) || w.mw_rkey != st.key {
             return Err(());
         }
         let byte = w.rkey & 0xff;
@@ -194,19 +212,26 @@ impl MwShared {
     }
 
     /// Invalidates this window, named by `key`, if it is a type 2B window bound under that key:
-    /// by a local invalidate (`via: None`), or by a send with invalidate arriving on `via`, which
-    /// must be the QP the window is bound to.
-    pub(crate) fn invalidate(&self, key: u32, via: Option<&QpShared>) -> Result<(), ()> {
+    /// by a local invalidate posted on a QP of the window's PD, or by a send with invalidate
+    /// arriving on the QP the window is bound to.
+    pub(crate) fn invalidate(&self, key: u32, via: Via<'_>) -> Result<(), ()> {
         let mut st = self.state.lock();
         // o10-37.2.26: type 1 windows are not invalidated by work requests.
         if st.key != key || !self.type2 {
             return Err(());
         }
         let b = st.bound.as_ref().ok_or(())?;
-        if let Some(qp) = via {
-            if b.qp != Some(qp.serial) || self.pd != qp.pd {
-                return Err(());
-            }
+        let (Via::Local(qp) | Via::Send(qp)) = via;
+        // IBA 10.6.7.2: the invalidating QP's PD is the window's, as for a bind (C10-72), which
+        // hardware enforces and rxe does not: a QP of another PD, another user's QP included,
+        // cannot revoke a window it was never given.
+        if self.pd != qp.pd {
+            return Err(());
+        }
+        // A type 2B window serves one QP: a send with invalidate counts only when it arrives
+        // there. (Local invalidates may come from any QP of the PD, as rdma-core's tests do.)
+        if matches!(via, Via::Send(_)) && b.qp != Some(qp.serial) {
+            return Err(());
         }
         let old = st.bound.take();
         drop(st);

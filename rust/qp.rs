@@ -111,6 +111,9 @@ pub(crate) struct SendSide {
     pub(crate) retry_left: Option<u8>,
     /// The connected peer (RC) and the attribute generation it was resolved for.
     pub(crate) peer: Option<(Arc<QpShared>, u64)>,
+    /// The GID this QP sends from (its route's `sgid_index`, looked up by `modify`): the source
+    /// GID its RC messages carry.
+    pub(crate) sgid: [u8; 16],
     /// Whether the SQ-drained event was raised for the current SQD period.
     pub(crate) drained: bool,
     /// The requester's copy of the attributes, and the generation it was taken at.
@@ -129,6 +132,10 @@ pub(crate) struct RecvSide {
     pub(crate) cons: u32,
     /// Whether the first message since RTR was seen (`IB_EVENT_COMM_EST`).
     pub(crate) established: bool,
+    /// The connected peer (RC) as `modify` last set it, `dest_qp_num` and the route's `dgid`:
+    /// the only source the responder accepts messages from (a copy, so that the responder
+    /// takes no attribute lock).
+    pub(crate) peer: (u32, [u8; 16]),
     /// The receive WQE being filled (own ring or SRQ).
     pub(crate) slot: RecvSlot,
     /// Its resolved scatter list.
@@ -390,6 +397,7 @@ impl Qp {
                         rnr_left: None,
                         retry_left: None,
                         peer: None,
+                        sgid: [0; 16],
                         drained: false,
                         attr: initial_attr(&i),
                         attr_gen: None,
@@ -400,6 +408,7 @@ impl Qp {
                         queue: rq,
                         cons: 0,
                         established: false,
+                        peer: (0, [0; 16]),
                         slot: recv_slot,
                         segs,
                     }),
@@ -523,7 +532,7 @@ impl Qp {
     /// Applies `attr` under `mask`, following the IBA state machine.
     pub(crate) fn modify(
         &self,
-        dev_check: impl Fn(&Route) -> Result,
+        dev_check: impl Fn(&Route) -> Result<[u8; 16]>,
         attr: &QpAttr,
         mask: u32,
     ) -> Result {
@@ -569,9 +578,11 @@ impl Qp {
         {
             return Err(EINVAL);
         }
-        if mask & qp_mask::AV != 0 {
-            dev_check(&attr.route)?;
-        }
+        let sgid = if mask & qp_mask::AV != 0 {
+            Some(dev_check(&attr.route)?)
+        } else {
+            None
+        };
         if mask & qp_mask::CAP != 0 {
             let c = &self.init.cap;
             if attr.cap.max_send_wr > c.max_send_wr || attr.cap.max_recv_wr > c.max_recv_wr {
@@ -600,6 +611,12 @@ impl Qp {
         take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
         take!(DEST_QPN, dest_qp_num);
         take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+        if let Some(g) = sgid {
+            s.sq.lock().sgid = g;
+        }
+        if mask & (qp_mask::AV | qp_mask::DEST_QPN) != 0 {
+            s.rq.lock().peer = (n.dest_qp_num, n.route.dgid);
+        }
         s.generation.fetch_add(1, Relaxed);
         s.access.store(n.qp_access_flags, Release);
         s.qkey.store(n.qkey, Release);

@@ -47,10 +47,13 @@ pub(crate) enum Counter {
     RdmaSends,
     /// RDMA reads, writes and atomics served.
     RdmaRecvs,
+    /// Messages an RC responder dropped because they did not come from its connected peer
+    /// (another QP number or source GID than its `dest_qp_num` and route's `dgid`).
+    RcvdPeerErr,
 }
 
 /// The names, in `Counter` order, then the ODP totals (see [`read_odp`]).
-pub(crate) static NAMES: [StatDesc; 18] = [
+pub(crate) static NAMES: [StatDesc; 19] = [
     StatDesc::new(c"sent_pkts"),
     StatDesc::new(c"rcvd_pkts"),
     StatDesc::new(c"sent_bytes"),
@@ -63,6 +66,7 @@ pub(crate) static NAMES: [StatDesc; 18] = [
     StatDesc::new(c"rcvd_err"),
     StatDesc::new(c"rdma_sends"),
     StatDesc::new(c"rdma_recvs"),
+    StatDesc::new(c"rcvd_peer_err"),
     StatDesc::new(c"num_page_faults"),
     StatDesc::new(c"num_page_fault_pages"),
     StatDesc::new(c"num_invalidations"),
@@ -72,7 +76,7 @@ pub(crate) static NAMES: [StatDesc; 18] = [
 ];
 
 /// Index of the first ODP counter in [`NAMES`].
-pub(crate) const ODP_FIRST: usize = 12;
+pub(crate) const ODP_FIRST: usize = 13;
 
 /// The ODP totals of [`NAMES`], also the files of `<ibdev>/odp_stats/` in sysfs.
 pub(crate) const ODP_NAMES: &[StatDesc] = NAMES.split_at(ODP_FIRST).1;
@@ -115,12 +119,12 @@ fn show(v: &Atomic<u64>, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Res
 }
 
 /// The counters of one device.
-pub(crate) struct Stats([Atomic<u64>; 12]);
+pub(crate) struct Stats([Atomic<u64>; ODP_FIRST]);
 
 impl Stats {
     /// All zero.
     pub(crate) fn new() -> Self {
-        Self([const { Atomic::new(0) }; 12])
+        Self([const { Atomic::new(0) }; ODP_FIRST])
     }
 
     /// Adds `n` to counter `c`.
@@ -164,7 +168,7 @@ mod tests {
         let s = Stats::new();
         s.inc(Counter::SentPkts);
         s.add(Counter::RdmaRecvs, 5);
-        let mut out = [0u64; 18];
+        let mut out = [0u64; 19];
         s.read(&mut out);
         assert_eq!(out[0], 1);
         assert_eq!(out[11], 5);
@@ -177,9 +181,9 @@ mod tests {
         let c = OdpCounters::new()?;
         c.fault_pages.store(64, Relaxed);
         c.contentions.store(1, Relaxed);
-        let mut out = [7u64; 18];
+        let mut out = [7u64; 19];
         read_odp(&c, &mut out);
-        assert_eq!(out[11], 7);
+        assert_eq!(out[12], 7);
         assert_eq!(&out[ODP_FIRST..], &[0, 64, 0, 0, 0, 1]);
         Ok(())
     }

@@ -3,15 +3,16 @@
 //! Number-indexed tables of shared objects (rxe's `rxe_pool.c` indices): QPs by number, MRs by
 //! key index, AHs by number.
 
-use crate::ib::xarray::IdArray;
+use crate::ib::{random, xarray::IdArray};
 use kernel::{
     new_mutex,
     prelude::*,
     sync::{Arc, Mutex},
 };
 
-/// A table handing out numbers in `[min, max]`, cyclically, so a freed number is reused as late
-/// as possible (stale handles fail instead of reaching a new object).
+/// A table handing out numbers in `[min, max]`: cyclically, so a freed number is reused as late
+/// as possible (stale handles fail instead of reaching a new object), or from a random point
+/// on, so that nobody can tell the next number from the last (see [`Table::new_random`]).
 #[pin_data]
 pub(crate) struct Table<T: Send + Sync + 'static> {
     #[pin]
@@ -21,26 +22,51 @@ pub(crate) struct Table<T: Send + Sync + 'static> {
     cursor: Mutex<u32>,
     min: u32,
     max: u32,
+    /// Each insert starts its search at a random number.
+    random: bool,
 }
 
 impl<T: Send + Sync + 'static> Table<T> {
-    /// An empty table for numbers `min..=max` (`min > 0`).
+    /// An empty table for numbers `min..=max` (`min > 0`), handed out in turn.
     pub(crate) fn new(min: u32, max: u32) -> impl PinInit<Self> {
         pin_init!(Self {
             xa <- IdArray::new(),
             cursor <- new_mutex!(min),
             min,
             max,
+            random: false,
+        })
+    }
+
+    /// An empty table for numbers `min..=max` (`min > 0`) whose inserts take the first free
+    /// number from a random point on (wrapping to `min`): numbers handed out before and after
+    /// someone else's do not tell it. A freed number comes back only when a search hits it, as
+    /// unlikely as any other in a large range.
+    ///
+    /// The cost is the XArray's: scattered numbers share few nodes, up to one 576-byte node per
+    /// object (a few per object while the table is nearly empty), against one per 64 objects
+    /// handed out in turn.
+    pub(crate) fn new_random(min: u32, max: u32) -> impl PinInit<Self> {
+        pin_init!(Self {
+            xa <- IdArray::new(),
+            cursor <- new_mutex!(min),
+            min,
+            max,
+            random: true,
         })
     }
 
     /// Picks a free number, builds the object for it with `make` and stores it; `ENOMEM` if
     /// every number is taken.
     ///
-    /// The XArray finds the first free number from the cursor on (wrapping to `min` once), however
-    /// far away, and reserves it while `make` runs. Inserts are serialised by the cursor lock.
+    /// The XArray finds the first free number from the cursor (or, for a random table, a random
+    /// number) on, wrapping to `min` once, however far away, and reserves it while `make` runs.
+    /// Inserts are serialised by the cursor lock.
     pub(crate) fn insert(&self, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<Arc<T>> {
         let mut cursor = self.cursor.lock();
+        if self.random {
+            *cursor = self.min + random::below(self.max - self.min + 1);
+        }
         let id = self
             .xa
             .lock()
@@ -217,6 +243,43 @@ mod tests {
         assert!(!t.remove_if(1, &a));
         assert!(t.remove_if(1, &b));
         assert!(t.get(1).is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn random_numbers_do_not_follow_each_other() -> Result {
+        const MAX: u32 = 1 << 23;
+        let t: Pin<KBox<Table<u32>>> = KBox::pin_init(Table::new_random(1, MAX), GFP_KERNEL)?;
+        let mut prev = insert(&t)?;
+        let mut in_turn = 0;
+        for _ in 0..31 {
+            let id = insert(&t)?;
+            assert!((1..=MAX).contains(&id));
+            assert_eq!(t.get(id).map(|v| *v), Some(id));
+            if id == prev + 1 {
+                in_turn += 1;
+            }
+            prev = id;
+        }
+        // Handed out in turn, all 31 would be; at random, each is with odds of 1 in 2^23.
+        assert!(in_turn < 4);
+        Ok(())
+    }
+
+    #[test]
+    fn a_random_table_fills_up_and_refuses() -> Result {
+        let t: Pin<KBox<Table<u32>>> = KBox::pin_init(Table::new_random(5, 8), GFP_KERNEL)?;
+        let mut seen = 0u32;
+        for _ in 0..4 {
+            let id = insert(&t)?;
+            assert!((5..=8).contains(&id));
+            seen |= 1 << id;
+        }
+        assert_eq!(seen, 0b1_1110_0000);
+        assert_eq!(insert(&t), Err(ENOMEM));
+        // A freed number is found from wherever the search starts.
+        assert!(t.remove(6).is_some());
+        assert_eq!(insert(&t)?, 6);
         Ok(())
     }
 

@@ -20,6 +20,7 @@ use crate::{
         verbs::{access, send_flags, Event, QpAttr, QpState, QpType, WcStatus, WrOpcode},
     },
     mcast,
+    mw::Via,
     qp::{QpShared, SendSide},
     stats::{packets, Counter},
 };
@@ -87,6 +88,7 @@ fn step(qp: &Arc<QpShared>) -> bool {
         cons,
         buf,
         peer,
+        sgid,
         attr,
         scratch,
         ..
@@ -107,7 +109,7 @@ fn step(qp: &Arc<QpShared>) -> bool {
             op,
             &wqe,
             &buf[..n],
-            peer.as_ref().map(|(p, _)| p),
+            peer.as_ref().map(|(p, _)| (p, &*sgid)),
             scratch,
         ),
         _ => Exec::Done(WcStatus::LocQpOpErr, 0),
@@ -123,14 +125,14 @@ fn find_rc_peer(dgid: &[u8; 16], qpn: u32) -> Option<Arc<QpShared>> {
 }
 
 /// Executes one send WQE `w` (operation `op`) of `qp`; `raw` is the whole WQE (for its SGEs
-/// or inline data).
+/// or inline data); `peer` is an RC QP's peer and the GID it sends from.
 fn execute(
     qp: &Arc<QpShared>,
     a: &QpAttr,
     op: WrOpcode,
     w: &SendWqe,
     raw: &[u8],
-    peer: Option<&Arc<QpShared>>,
+    peer: Option<(&Arc<QpShared>, &[u8; 16])>,
     scratch: &mut Scratch,
 ) -> Exec {
     // Memory window operations complete locally, in order with the WQEs around them.
@@ -144,7 +146,7 @@ fn execute(
         }
         WrOpcode::LocalInv => {
             // The key to invalidate is where immediate data would be.
-            let status = match qp.tables.invalidate(w.imm_data, None) {
+            let status = match qp.tables.invalidate(w.imm_data, Via::Local(qp)) {
                 Ok(()) => WcStatus::Success,
                 Err(()) => WcStatus::LocQpOpErr,
             };
@@ -204,6 +206,8 @@ fn execute(
     let mut msg = Message {
         opcode: op,
         src_qpn: qp.qpn,
+        // Set with the destination below.
+        src_gid: [0; 16],
         imm: w.imm_data,
         solicited: w.send_flags & send_flags::SOLICITED != 0,
         len: if atomic.is_some() { 8 } else { len },
@@ -233,6 +237,7 @@ fn execute(
         } else {
             w.remote_qkey
         };
+        msg.src_gid = av.sgid;
         msg.ud = Some(Ud {
             qkey,
             sgid: av.sgid,
@@ -253,7 +258,10 @@ fn execute(
         }
     } else {
         match peer {
-            Some(p) => p.clone(),
+            Some((p, sgid)) => {
+                msg.src_gid = *sgid;
+                p.clone()
+            }
             None => return Exec::NoAnswer,
         }
     };

@@ -12,9 +12,10 @@ use super::{
 use crate::{
     ib::{
         abi::Wc,
-        verbs::{access, wc_flags, wc_opcode, Event, QpState, WcStatus, WrOpcode},
+        verbs::{access, wc_flags, wc_opcode, Event, QpState, QpType, WcStatus, WrOpcode},
     },
     mr::MrShared,
+    mw::Via,
     qp::{QpShared, RecvSide},
     stats::Counter,
 };
@@ -26,6 +27,14 @@ use kernel::{
 /// Executes `m` at the responder QP `dst` and returns its answer.
 pub(super) fn receive(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     let mut rq = dst.rq.lock();
+    // rxe's `check_addr`: a connected QP hears only its peer. Checked first, so that a message
+    // from anyone else changes nothing (no state, no receive, no event) and gets no answer: its
+    // requester retries and ends with a retry-exceeded error, as for a lost packet.
+    if dst.qp_type == QpType::Rc && rq.peer != (m.src_qpn, m.src_gid) {
+        drop(rq);
+        dst.tables.stats.inc(Counter::RcvdPeerErr);
+        return Reply::Drop;
+    }
     if !dst.can_receive() {
         return Reply::Drop;
     }
@@ -136,7 +145,7 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     }
     if m.opcode == WrOpcode::SendWithInv {
         // The key travels where immediate data would; the window must be bound to this QP.
-        if dst.tables.invalidate(m.imm, Some(dst)).is_err() {
+        if dst.tables.invalidate(m.imm, Via::Send(dst)).is_err() {
             recv_err(dst, m, slot.wr_id, WcStatus::RemInvReqErr);
             return Reply::Nak(Nak::InvReq);
         }
