@@ -45,7 +45,11 @@ static inline int bind1(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mw *mw,
 	return ret ? -ret : complete1(cq, NULL);
 }
 
-/* Binds a window with an IBV_WR_BIND_MW WR giving it key; returns the completion status. */
+/*
+ * Binds a window with an IBV_WR_BIND_MW WR giving it key; returns the completion status. On
+ * success mw->rkey becomes key, as ibv_bind_mw does for type 1: the rxe provider names the window
+ * by mw->rkey in the next bind, and rxe and rodp refuse a bind naming a stale key.
+ */
 static inline int bind2(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mw *mw, uint32_t key,
 			struct ibv_mr *mr, uint64_t addr, uint64_t len, unsigned int access)
 {
@@ -65,6 +69,8 @@ static inline int bind2(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mw *mw,
 	st = complete1(cq, &op);
 	if (st == IBV_WC_SUCCESS && op != IBV_WC_BIND_MW)
 		return -1;
+	if (st == IBV_WC_SUCCESS)
+		mw->rkey = key;
 	return st;
 }
 
