@@ -529,7 +529,8 @@ impl Qp {
         Ok(())
     }
 
-    /// Applies `attr` under `mask`, following the IBA state machine.
+    /// Applies `attr` under `mask`, following the IBA state machine; `dev_check` checks a new
+    /// route against the device and returns its source GID.
     pub(crate) fn modify(
         &self,
         dev_check: impl Fn(&Route) -> Result<[u8; 16]>,
