@@ -22,7 +22,10 @@
 /* 2 MiB regions touched: one page in each, 4 GiB apart at the ends. */
 #define SLOTS 2048
 #define SPAN (SLOTS * 2 * MiB)
-/* One chunk of a translation table: 512 entries of 8 bytes. */
+/*
+ * One chunk of a translation table: 512 entries of 8 bytes. KASAN's redzone and metadata make
+ * the slab object, and so the charge, up to twice that.
+ */
 #define CHUNK (4 * KiB)
 /* What a few per-CPU charge batches and small objects may add to a measurement. */
 #define NOISE (2 * MiB)
@@ -195,9 +198,9 @@ TEST_F(cost, follows_mapped_memory_and_is_charged_to_the_caller)
 	 * alone, charged although the worker mapped them.
 	 */
 	EXPECT_LE((long)(SLOTS * CHUNK * 9 / 10), c->implicit);
-	EXPECT_GE((long)(SLOTS * 3 * CHUNK + NOISE), c->implicit);
+	EXPECT_GE((long)(SLOTS * 4 * CHUNK + NOISE), c->implicit);
 	EXPECT_LE((long)(SLOTS * CHUNK * 9 / 10), c->explicit_);
-	EXPECT_GE((long)(SLOTS * 2 * CHUNK + NOISE), c->explicit_);
+	EXPECT_GE((long)(SLOTS * 3 * CHUNK + NOISE), c->explicit_);
 	/* Deregistration frees both MRs' tables. */
 	EXPECT_LE((long)(2 * SLOTS * CHUNK * 9 / 10), c->dereg);
 }
