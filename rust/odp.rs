@@ -6,8 +6,9 @@
 //! A umem pins nothing. A device access faults the pages it needs in through hmm, in batches,
 //! and copies while holding the umem's mutex, which the invalidation callback takes too, so a
 //! copy never sees a page the kernel has taken away; an access that loses to an invalidation
-//! retries. Each umem has its own translation table ([`mtt`]); an implicit MR is made of
-//! children of 1 GiB ([`implicit`]). Events are counted per MR and per device ([`counters`]).
+//! retries. Each umem has its own translation table ([`mtt`]), sparse and charged to the
+//! registering process's memory cgroup; an implicit MR is made of children of 1 GiB
+//! ([`implicit`]). Events are counted per MR and per device ([`counters`]).
 
 mod counters;
 mod implicit;
