@@ -6,8 +6,9 @@
 //! A umem pins nothing. A device access faults the pages it needs in through hmm, in batches,
 //! and copies while holding the umem's mutex, which the invalidation callback takes too, so a
 //! copy never sees a page the kernel has taken away; an access that loses to an invalidation
-//! retries. Each umem has its own translation table ([`mtt`]); an implicit MR is made of
-//! children of 1 GiB ([`implicit`]). Events are counted per MR and per device ([`counters`]).
+//! retries. Each umem has its own translation table ([`mtt`]), sparse and charged to the
+//! registering process's memory cgroup; an implicit MR is made of children of 1 GiB
+//! ([`implicit`]). Events are counted per MR and per device ([`counters`]).
 
 mod counters;
 mod implicit;
@@ -23,6 +24,12 @@ use crate::ib::{
 };
 use implicit::{pieces, ImplicitOdp};
 use kernel::{prelude::*, sync::atomic::Relaxed};
+
+/// Longest explicit ODP MR (`EINVAL` beyond): 16 GiB. ib_core gives an explicit umem an hmm
+/// pfn list of 8 bytes per page of its whole length at registration (`kvcalloc`, not charged to
+/// a memory cgroup), 32 MiB at this bound; an implicit MR reaches the whole address space with
+/// children of 1 GiB made as they are touched.
+pub(crate) const MAX_EXPLICIT: u64 = 16 << 30;
 
 /// Largest range one fault maps (the batching bound).
 const FAULT_BATCH: usize = 2 << 20;
@@ -60,6 +67,9 @@ impl Odp {
         access: u32,
         counters: CounterSets,
     ) -> Result<Self> {
+        if len > MAX_EXPLICIT {
+            return Err(EINVAL);
+        }
         let umem = OdpUmem::get(dev, addr, len, access, counters.clone())?;
         Ok(Self::with(Kind::Explicit(umem), counters))
     }

@@ -15,6 +15,7 @@
 #include <linux/highmem.h>
 #include <linux/scatterlist.h>
 #include <linux/workqueue.h>
+#include <linux/memcontrol.h>
 #include <linux/sched/mm.h>
 #include <net/netlink.h>
 #include <rodp_helpers.h>
@@ -284,6 +285,35 @@ u64 rodp_helper_odp_grab_mm(struct ib_umem_odp *odp)
 void rodp_helper_odp_drop_mm(struct ib_umem_odp *odp)
 {
 	mmdrop(odp->umem.owning_mm);
+}
+
+/*
+ * ODP memory accounting: the memory cgroup of the registering process, charged for the
+ * translation tables rodp allocates later from any context (the engine's workers included).
+ * A void pointer: NULL without CONFIG_MEMCG.
+ */
+void *rodp_helper_memcg_get(void)
+{
+	return get_mem_cgroup_from_mm(current->mm);
+}
+
+void *rodp_helper_memcg_clone(void *memcg)
+{
+#ifdef CONFIG_MEMCG
+	if (memcg)
+		css_get(&((struct mem_cgroup *)memcg)->css);
+#endif
+	return memcg;
+}
+
+void rodp_helper_memcg_put(void *memcg)
+{
+	mem_cgroup_put(memcg);
+}
+
+void *rodp_helper_set_active_memcg(void *memcg)
+{
+	return set_active_memcg(memcg);
 }
 
 /* Nested netlink attributes for the per-MR restrack views. */

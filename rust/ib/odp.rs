@@ -11,19 +11,223 @@
 //! trampoline, under the mutex, before the MM can free the pages. What rodp does with it (the
 //! MTT's accounting, fault batching and retries, implicit children) is `crate::odp`, which
 //! implements [`Notifier`].
+//!
+//! The table is sparse: chunks of [`CHUNK`] entries (2 MiB of address space in one page),
+//! allocated before a fault takes the mutex and freed when an invalidation empties them, so it
+//! costs what is mapped, not the length of the umem. Every allocation is charged to the memory
+//! cgroup of the process that registered, whichever context makes it, and fails with `ENOMEM`
+//! rather than warn.
 
 use super::{
     device::{Device, Driver},
     umem::{non_err, DevRef, PageRef},
 };
 use crate::ib::bindings;
-use core::{cell::UnsafeCell, ops::Range, ptr::NonNull};
-use kernel::{alloc::KVVec, page::PAGE_SIZE, prelude::*};
+use core::{cell::UnsafeCell, ffi::c_void, ops::Range, ptr::NonNull};
+use kernel::{
+    alloc::{flags, Flags, KVVec},
+    page::PAGE_SIZE,
+    prelude::*,
+};
 
 /// hmm pfn flag: the entry names a page (`HMM_PFN_VALID`).
 pub(crate) const PFN_VALID: u64 = bindings::hmm_pfn_flags_HMM_PFN_VALID as u64;
 /// hmm pfn flag: the page may be written (`HMM_PFN_WRITE`).
 pub(crate) const PFN_WRITE: u64 = bindings::hmm_pfn_flags_HMM_PFN_WRITE as u64;
+
+/// Entries in one chunk of a umem's table: one page of entries, 2 MiB of address space.
+pub(crate) const CHUNK: usize = PAGE_SIZE / core::mem::size_of::<u64>();
+
+/// How the tables are allocated: charged to the memory cgroup in effect (see [`Memcg`]), and
+/// failing with `ENOMEM` instead of warning (a user chooses the sizes).
+fn table_gfp() -> Flags {
+    flags::GFP_KERNEL_ACCOUNT | flags::__GFP_NOWARN
+}
+
+/// The entries of one chunk.
+type Chunk = [u64; CHUNK];
+
+/// A reference to a memory cgroup (`struct mem_cgroup`), to charge allocations made for a
+/// process from any context (`set_active_memcg`). Null without `CONFIG_MEMCG`.
+///
+/// # Invariants
+///
+/// `0` is null or a memory cgroup this object holds a reference to.
+struct Memcg(*mut c_void);
+
+// SAFETY: A counted reference, usable and releasable from any thread.
+unsafe impl Send for Memcg {}
+// SAFETY: As above; it is only read.
+unsafe impl Sync for Memcg {}
+
+impl Memcg {
+    /// The calling process's memory cgroup.
+    fn current() -> Self {
+        // SAFETY: FFI call from process context; it returns a referenced cgroup or null.
+        // INVARIANT: Referenced.
+        Self(unsafe { bindings::memcg_get() })
+    }
+
+    /// Another reference to the same cgroup.
+    fn clone_ref(&self) -> Self {
+        // SAFETY: `self.0` is null or referenced (type invariant); the call takes one more.
+        // INVARIANT: Referenced.
+        Self(unsafe { bindings::memcg_clone(self.0) })
+    }
+
+    /// Runs `f` with its `__GFP_ACCOUNT` allocations charged to this cgroup.
+    fn charge<R>(&self, f: impl FnOnce() -> R) -> R {
+        // SAFETY: The cgroup is referenced (type invariant) for the whole scope, which ends
+        // by restoring the previous one, as `set_active_memcg` requires.
+        let old = unsafe { bindings::set_active_memcg(self.0) };
+        let r = f();
+        // SAFETY: See above.
+        unsafe { bindings::set_active_memcg(old) };
+        r
+    }
+}
+
+impl Drop for Memcg {
+    fn drop(&mut self) {
+        // SAFETY: Our reference (type invariant); the call accepts null.
+        unsafe { bindings::memcg_put(self.0) };
+    }
+}
+
+/// A umem's table: per page, an hmm pfn or 0, in chunks of [`CHUNK`] entries that exist only
+/// while one of their entries is nonzero (or a fault has just placed them).
+struct Table {
+    /// Per chunk: its entries, if allocated.
+    chunks: KVVec<Option<KBox<Chunk>>>,
+    /// Per chunk: its nonzero entries.
+    used: KVVec<u16>,
+    /// Number of pages (entries) the table covers.
+    pages: usize,
+}
+
+impl Table {
+    /// An empty table for `pages` pages: its top level only.
+    fn new(pages: usize) -> Result<Self> {
+        let n = pages.div_ceil(CHUNK);
+        let mut chunks = KVVec::with_capacity(n, table_gfp())?;
+        for _ in 0..n {
+            chunks.push_within_capacity(None).map_err(|_| ENOMEM)?;
+        }
+        Ok(Self {
+            chunks,
+            used: KVVec::from_elem(0, n, table_gfp())?,
+            pages,
+        })
+    }
+
+    /// Entry `idx`; `None` past the table.
+    fn get(&self, idx: usize) -> Option<u64> {
+        if idx >= self.pages {
+            return None;
+        }
+        Some(
+            self.chunks[idx / CHUNK]
+                .as_ref()
+                .map_or(0, |c| c[idx % CHUNK]),
+        )
+    }
+
+    /// Sets entry `idx` to `pfn` (nonzero); `false` if its chunk is not allocated.
+    fn set(&mut self, idx: usize, pfn: u64) -> bool {
+        let (n, i) = (idx / CHUNK, idx % CHUNK);
+        let Some(c) = self.chunks.get_mut(n).and_then(Option::as_mut) else {
+            return false;
+        };
+        if c[i] == 0 {
+            self.used[n] += 1;
+        }
+        c[i] = pfn;
+        true
+    }
+
+    /// Clears entry `idx` and returns what it held (0 past the table); frees its chunk when
+    /// that was the chunk's last entry.
+    fn take(&mut self, idx: usize) -> u64 {
+        let (n, i) = (idx / CHUNK, idx % CHUNK);
+        let Some(c) = self.chunks.get_mut(n).and_then(Option::as_mut) else {
+            return 0;
+        };
+        let old = core::mem::replace(&mut c[i], 0);
+        if old != 0 {
+            self.used[n] -= 1;
+            if self.used[n] == 0 {
+                self.chunks[n] = None;
+            }
+        }
+        old
+    }
+
+    /// The chunk indices under the pages `pages` (clamped to the table).
+    fn chunks_of(&self, pages: Range<usize>) -> Range<usize> {
+        let end = pages.end.min(self.pages);
+        if pages.start >= end {
+            return 0..0;
+        }
+        pages.start / CHUNK..end.div_ceil(CHUNK)
+    }
+
+    /// Chunks under `pages` not allocated.
+    fn absent(&self, pages: Range<usize>) -> usize {
+        self.chunks_of(pages)
+            .filter(|&n| self.chunks[n].is_none())
+            .count()
+    }
+
+    /// Gives the chunks under `pages` that are not allocated one from `spare` each, as long
+    /// as it has some.
+    fn place(&mut self, pages: Range<usize>, spare: &mut KVec<KBox<Chunk>>) {
+        for n in self.chunks_of(pages) {
+            if self.chunks[n].is_none() {
+                match spare.pop() {
+                    Some(c) => self.chunks[n] = Some(c),
+                    None => return,
+                }
+            }
+        }
+    }
+
+    /// Frees the chunks under `pages` that hold no entry (placed for a fault that did not
+    /// fill them).
+    fn trim(&mut self, pages: Range<usize>) {
+        for n in self.chunks_of(pages) {
+            if self.used[n] == 0 {
+                self.chunks[n] = None;
+            }
+        }
+    }
+
+    /// The first index in `pages` whose entry is nonzero, skipping absent chunks.
+    fn next_mapped(&self, pages: Range<usize>) -> Option<usize> {
+        let end = pages.end.min(self.pages);
+        let mut idx = pages.start;
+        while idx < end {
+            let n = idx / CHUNK;
+            let stop = ((n + 1) * CHUNK).min(end);
+            if let Some(c) = &self.chunks[n] {
+                if let Some(i) = (idx..stop).find(|&i| c[i % CHUNK] != 0) {
+                    return Some(i);
+                }
+            }
+            idx = stop;
+        }
+        None
+    }
+
+    /// Allocates chunks of zero entries, `n` of them.
+    fn alloc_chunks(n: usize) -> Result<KVec<KBox<Chunk>>> {
+        let mut v = KVec::with_capacity(n, table_gfp())?;
+        for _ in 0..n {
+            let c = KBox::<Chunk>::init(pin_init::zeroed::<Chunk>(), table_gfp())?;
+            v.push_within_capacity(c).map_err(|_| ENOMEM)?;
+        }
+        Ok(v)
+    }
+}
 
 /// The driver's side of an ODP umem's notifier.
 pub(crate) trait Notifier: Send + Sync + Sized {
@@ -48,11 +252,13 @@ pub(crate) trait Notifier: Send + Sync + Sized {
 /// covered entries under the mutex, before the MM may free the pages.
 struct Private<T: Notifier> {
     /// Per page, an hmm pfn the device may use, or 0; under the umem's mutex.
-    table: UnsafeCell<KVVec<u64>>,
+    table: UnsafeCell<Table>,
     /// The driver's state under the mutex.
     locked: UnsafeCell<T::Locked>,
     /// The driver's state shared without the mutex.
     data: T,
+    /// Charged for the table.
+    memcg: Memcg,
 }
 
 /// A umem's mutex, held; gives access to its page table and the driver's state.
@@ -69,12 +275,12 @@ pub(crate) struct Locked<'a, T: Notifier> {
 }
 
 impl<'a, T: Notifier> Locked<'a, T> {
-    fn table(&self) -> &[u64] {
+    fn table(&self) -> &Table {
         // SAFETY: The mutex is held (type invariant), so no writer runs.
         unsafe { &*self.private.table.get() }
     }
 
-    fn table_mut(&mut self) -> &mut [u64] {
+    fn table_mut(&mut self) -> &mut Table {
         // SAFETY: The mutex is held and `self` is borrowed exclusively: no other reference.
         unsafe { &mut *self.private.table.get() }
     }
@@ -92,13 +298,18 @@ impl<'a, T: Notifier> Locked<'a, T> {
 
     /// Number of pages the umem covers (entries of its table).
     pub(crate) fn pages(&self) -> usize {
-        self.table().len()
+        self.table().pages
     }
 
     /// Table entry `idx`: an hmm pfn with its flags ([`PFN_VALID`], [`PFN_WRITE`]), or 0;
     /// `None` past the umem.
     pub(crate) fn entry(&self, idx: usize) -> Option<u64> {
-        self.table().get(idx).copied()
+        self.table().get(idx)
+    }
+
+    /// The first index in `pages` whose entry is nonzero; skips unmapped 2 MiB at a time.
+    pub(crate) fn next_mapped(&self, pages: Range<usize>) -> Option<usize> {
+        self.table().next_mapped(pages)
     }
 
     /// The page of table entry `idx` if it holds `need` (flags among [`PFN_VALID`] and
@@ -127,24 +338,25 @@ impl<'a, T: Notifier> Locked<'a, T> {
     }
 
     /// Copies hmm's pfn for page `idx` into the table when it is valid (see [`Self::pfn`]);
-    /// returns it, or `None` (the entry unchanged).
+    /// returns it, or `None` (the entry unchanged, also when an invalidation took the chunk
+    /// the fault had prepared: the caller's next attempt faults again).
     pub(crate) fn install(&mut self, idx: usize) -> Option<u64> {
         let pfn = self.pfn(idx).filter(|pfn| pfn & PFN_VALID != 0)?;
         // INVARIANT: Validated by the fault this guard comes from, under the same hold.
-        self.table_mut()[idx] = pfn;
-        Some(pfn)
+        self.table_mut().set(idx, pfn).then_some(pfn)
     }
 
     /// Clears table entry `idx`; returns what it held (0 past the umem).
     pub(crate) fn take(&mut self, idx: usize) -> u64 {
-        self.table_mut()
-            .get_mut(idx)
-            .map_or(0, |e| core::mem::replace(e, 0))
+        self.table_mut().take(idx)
     }
 }
 
 impl<T: Notifier> Drop for Locked<'_, T> {
     fn drop(&mut self) {
+        // Chunks a fault prepared and did not fill go now, not with the umem.
+        let fresh = self.fresh.clone();
+        self.table_mut().trim(fresh);
         // SAFETY: Held (type invariant).
         unsafe { bindings::odp_unlock(self.raw.as_ptr()) };
     }
@@ -199,8 +411,10 @@ unsafe extern "C" fn invalidate_cb<T: Notifier>(
         let first = ((start - base) / PAGE_SIZE as u64) as usize;
         let last = ((end - base).div_ceil(PAGE_SIZE as u64)) as usize;
         T::invalidate(&mut l, first..last);
-        for i in first..last {
+        let mut from = first;
+        while let Some(i) = l.next_mapped(from..last) {
             l.take(i);
+            from = i + 1;
         }
         // SAFETY: The mutex is held, as the call requires.
         unsafe { bindings::ib_umem_odp_unmap_dma_pages(odp, start, end) };
@@ -237,13 +451,15 @@ impl<T: Notifier> UmemOdp<T> {
         invalidate_finish: None,
     };
 
-    /// Wraps the umem `alloc` makes for `len` bytes at `addr` on `dev`.
+    /// Wraps the umem `alloc` makes for `len` bytes at `addr` on `dev`; its table is charged
+    /// to `memcg`.
     fn new(
         dev: DevRef,
         addr: u64,
         len: usize,
         data: T,
         locked: T::Locked,
+        memcg: Memcg,
         alloc: impl FnOnce(
             *mut bindings::ib_device,
             &'static bindings::mmu_interval_notifier_ops,
@@ -251,14 +467,17 @@ impl<T: Notifier> UmemOdp<T> {
     ) -> Result<Self> {
         let lead = addr as usize % PAGE_SIZE;
         let pages = lead.checked_add(len).ok_or(EOVERFLOW)?.div_ceil(PAGE_SIZE);
-        let private = KBox::new(
-            Private {
-                table: UnsafeCell::new(KVVec::from_elem(0, pages, GFP_KERNEL)?),
-                locked: UnsafeCell::new(locked),
-                data,
-            },
-            GFP_KERNEL,
-        )?;
+        let private = memcg.charge(|| -> Result<_> {
+            Ok(KBox::new(
+                Private {
+                    table: UnsafeCell::new(Table::new(pages)?),
+                    locked: UnsafeCell::new(locked),
+                    data,
+                    memcg: memcg.clone_ref(),
+                },
+                table_gfp(),
+            )?)
+        })?;
         let raw = non_err(alloc(dev.as_ptr(), &Self::OPS))?;
         let private = NonNull::from(KBox::leak(private));
         // SAFETY: `raw` is a valid ODP umem. Its notifier may already run (the process can
@@ -287,7 +506,7 @@ impl<T: Notifier> UmemOdp<T> {
         locked: T::Locked,
     ) -> Result<Self> {
         let dev = DevRef::get(dev)?;
-        Self::new(dev, addr, len, data, locked, |ib, ops| {
+        Self::new(dev, addr, len, data, locked, Memcg::current(), |ib, ops| {
             // SAFETY: FFI call on a live device (referenced) from the registering process's
             // context; `ops` is static.
             unsafe { bindings::ib_umem_odp_get(ib, addr as c_ulong, len, access as i32, ops) }
@@ -332,7 +551,7 @@ impl<T: Notifier> UmemOdp<T> {
     /// Faults `[va, va + len)` in through hmm (`ib_umem_odp_map_dma_and_lock`), writable with
     /// `write`, or with `!fault` only looks up the pages present; on success returns with the
     /// mutex held, the range's pfns ready for [`Locked::install`]. `EBUSY` means hmm kept
-    /// losing to invalidations.
+    /// losing to invalidations; `ENOMEM`, that the range's table chunks could not be had.
     pub(crate) fn map_dma_and_lock(
         &self,
         va: u64,
@@ -345,19 +564,30 @@ impl<T: Notifier> UmemOdp<T> {
         } else {
             PFN_VALID
         };
+        // SAFETY: `raw` is live.
+        let base = unsafe { bindings::odp_start(self.raw.as_ptr()) } as u64;
+        // The call below checks that the range lies in the umem; the table clamps.
+        let first = (va.saturating_sub(base) / PAGE_SIZE as u64) as usize;
+        let end = va.saturating_add(len as u64).saturating_sub(base);
+        let last = end.div_ceil(PAGE_SIZE as u64) as usize;
+        // The chunks the range lacks are allocated before the fault, without the mutex: the
+        // notifier takes it, and reclaim may run the notifier.
+        let absent = self.lock().table().absent(first..last);
+        // SAFETY: Live until drop (type invariant).
+        let memcg = unsafe { &self.private.as_ref().memcg };
+        let mut spare = memcg.charge(|| Table::alloc_chunks(absent))?;
         // SAFETY: `raw` is live; on success the call returns with the mutex held.
         let r = unsafe {
             bindings::ib_umem_odp_map_dma_and_lock(self.raw.as_ptr(), va, len as u64, mask, fault)
         };
         kernel::error::to_result(r)?;
-        // SAFETY: `raw` is live.
-        let base = unsafe { bindings::odp_start(self.raw.as_ptr()) } as u64;
-        // The call checked that the range lies in the umem.
-        let first = (va.saturating_sub(base) / PAGE_SIZE as u64) as usize;
-        let last = ((va + len as u64).saturating_sub(base)).div_ceil(PAGE_SIZE as u64) as usize;
         // SAFETY: Locked by the successful call, which validated the pfns of the pages under
         // the range (hmm's range is the page-aligned cover of it).
-        Ok(unsafe { self.assume_locked(first..last) })
+        let mut l = unsafe { self.assume_locked(first..last) };
+        // Chunks an invalidation freed meanwhile stay absent: their pages are not installed,
+        // and the caller's next attempt faults them again.
+        l.table_mut().place(first..last, &mut spare);
+        Ok(l)
     }
 
     /// # Safety
@@ -399,6 +629,8 @@ pub(crate) struct ImplicitUmemOdp {
     dev: DevRef,
     /// First address past the process's user address space.
     va_end: u64,
+    /// The registering process's memory cgroup, charged for the children's tables.
+    memcg: Memcg,
 }
 
 // SAFETY: The root is only read (and used to make children, which ib_core allows from any
@@ -420,7 +652,12 @@ impl ImplicitUmemOdp {
         // process has exited.
         let va_end = unsafe { bindings::odp_grab_mm(root.as_ptr()) };
         // INVARIANT: See the type.
-        Ok(Self { root, dev, va_end })
+        Ok(Self {
+            root,
+            dev,
+            va_end,
+            memcg: Memcg::current(),
+        })
     }
 
     /// First address past the process's user address space.
@@ -437,10 +674,19 @@ impl ImplicitUmemOdp {
         locked: T::Locked,
     ) -> Result<UmemOdp<T>> {
         let root = self.root.as_ptr();
-        UmemOdp::new(self.dev.try_clone()?, addr, len, data, locked, |_, ops| {
-            // SAFETY: The root is live (type invariant); `ops` is static.
-            unsafe { bindings::ib_umem_odp_alloc_child(root, addr as c_ulong, len, ops) }
-        })
+        let memcg = self.memcg.clone_ref();
+        UmemOdp::new(
+            self.dev.try_clone()?,
+            addr,
+            len,
+            data,
+            locked,
+            memcg,
+            |_, ops| {
+                // SAFETY: The root is live (type invariant); `ops` is static.
+                unsafe { bindings::ib_umem_odp_alloc_child(root, addr as c_ulong, len, ops) }
+            },
+        )
     }
 }
 
@@ -452,5 +698,60 @@ impl Drop for ImplicitUmemOdp {
             bindings::odp_drop_mm(self.root.as_ptr());
             bindings::ib_umem_odp_release(self.root.as_ptr());
         }
+    }
+}
+
+#[kunit_tests(rodp_odp_table)]
+mod tests {
+    use super::*;
+
+    /// A table of `pages` with the chunks under `pages` placed.
+    fn table(pages: usize, placed: Range<usize>) -> Result<Table> {
+        let mut t = Table::new(pages)?;
+        let mut spare = Table::alloc_chunks(t.absent(placed.clone()))?;
+        t.place(placed, &mut spare);
+        assert!(spare.is_empty());
+        Ok(t)
+    }
+
+    #[test]
+    fn chunks_follow_the_mapped_entries() -> Result {
+        // 1 GiB: only the top level until something is placed.
+        let mut t = Table::new(1 << 18)?;
+        assert_eq!(t.chunks.len(), 512);
+        assert_eq!(t.absent(0..1 << 18), 512);
+        assert_eq!(t.get(5), Some(0));
+        assert_eq!(t.get(1 << 18), None);
+        assert!(!t.set(5, PFN_VALID));
+        // A range across a chunk boundary needs two chunks.
+        let mut spare = Table::alloc_chunks(t.absent(CHUNK - 1..CHUNK + 1))?;
+        assert_eq!(spare.len(), 2);
+        t.place(CHUNK - 1..CHUNK + 1, &mut spare);
+        assert!(t.set(CHUNK - 1, PFN_VALID) && t.set(CHUNK, PFN_VALID | PFN_WRITE));
+        assert_eq!(t.get(CHUNK), Some(PFN_VALID | PFN_WRITE));
+        assert_eq!(t.next_mapped(0..1 << 18), Some(CHUNK - 1));
+        assert_eq!(t.next_mapped(CHUNK + 1..1 << 18), None);
+        // Taking a chunk's last entry frees it; a second take finds nothing.
+        assert_eq!(t.take(CHUNK - 1), PFN_VALID);
+        assert!(t.chunks[0].is_none());
+        assert_eq!(t.take(CHUNK - 1), 0);
+        assert!(t.chunks[1].is_some());
+        assert_eq!(t.take(CHUNK), PFN_VALID | PFN_WRITE);
+        assert_eq!(t.absent(0..1 << 18), 512);
+        Ok(())
+    }
+
+    #[test]
+    fn placed_chunks_left_empty_are_trimmed() -> Result {
+        let mut t = table(3 * CHUNK + 1, 0..3 * CHUNK + 1)?;
+        assert_eq!(t.absent(0..3 * CHUNK + 1), 0);
+        assert!(t.set(3 * CHUNK, PFN_VALID));
+        t.trim(0..3 * CHUNK + 1);
+        assert_eq!(t.absent(0..3 * CHUNK), 3);
+        assert_eq!(t.get(3 * CHUNK), Some(PFN_VALID));
+        // Ranges are clamped to the table.
+        assert_eq!(t.chunks_of(3 * CHUNK..usize::MAX), 3..4);
+        assert_eq!(t.chunks_of(5 * CHUNK..6 * CHUNK), 0..0);
+        Ok(())
     }
 }

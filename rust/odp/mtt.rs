@@ -102,11 +102,14 @@ impl Mtt for Locked<'_, State> {
 
     fn clear(&mut self, pages: Range<usize>) -> usize {
         let mut taken = 0;
-        for i in pages {
+        // Only mapped entries: the range may be the whole of a large, sparsely used umem.
+        let mut from = pages.start;
+        while let Some(i) = self.next_mapped(from..pages.end) {
             if let Some(page) = self.page(i, true) {
                 page.set_dirty();
             }
             taken += usize::from(self.take(i) != 0);
+            from = i + 1;
         }
         *self.locked() -= taken;
         self.data().counters.sub(|c| &c.mapped, taken as u64);
