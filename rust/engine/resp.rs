@@ -97,15 +97,15 @@ fn recv_wc(dst: &QpShared, m: &Message<'_>, wr_id: u64, status: WcStatus) -> Wc 
     }
 }
 
-/// Completes the receive WQE in `rq.slot` with `wc`.
+/// Completes the receive WQE in `rq.slot` (no longer `pending`) with `wc`.
 fn recv_done(dst: &QpShared, pending: &mut bool, wc: &Wc, solicited: bool) {
     *pending = false;
     dst.rcq.post(wc, solicited, &dst.events);
 }
 
 /// Completes the receive WQE in `rq.slot` with an error.
-fn recv_err(dst: &QpShared, m: &Message<'_>, rq: (&mut bool, u64), status: WcStatus) {
-    recv_done(dst, rq.0, &recv_wc(dst, m, rq.1, status), false);
+fn recv_err(dst: &QpShared, m: &Message<'_>, pending: &mut bool, wr_id: u64, status: WcStatus) {
+    recv_done(dst, pending, &recv_wc(dst, m, wr_id, status), false);
 }
 
 /// The data copy into the responder's memory (which may fault) from the requester's (which
@@ -140,13 +140,13 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs) {
         Ok(n) => n,
         Err(_) => {
-            recv_err(dst, m, (pending, wr_id), WcStatus::LocProtErr);
+            recv_err(dst, m, pending, wr_id, WcStatus::LocProtErr);
             return Reply::Nak(Nak::Op);
         }
     };
     let skip = if m.ud.is_some() { GRH_LEN } else { 0 };
     if m.len + skip > room {
-        recv_err(dst, m, (pending, wr_id), WcStatus::LocLenErr);
+        recv_err(dst, m, pending, wr_id, WcStatus::LocLenErr);
         return if m.ud.is_some() {
             Reply::Drop
         } else {
@@ -174,7 +174,7 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     if m.opcode == WrOpcode::SendWithInv {
         // The key travels where immediate data would; the window must be bound to this QP.
         if dst.tables.invalidate(m.imm, Some(dst)).is_err() {
-            recv_err(dst, m, (pending, wr_id), WcStatus::RemInvReqErr);
+            recv_err(dst, m, pending, wr_id, WcStatus::RemInvReqErr);
             return Reply::Nak(Nak::InvReq);
         }
         flags |= wc_flags::WITH_INVALIDATE;
