@@ -361,8 +361,7 @@ fn multicast(
         return WcStatus::LocQpOpErr;
     }
     for d in &dests {
-        // A UD payload is a single page at most; it is faulted in again for each receiver
-        // that finds it unmapped.
+        // The datagram's pages are faulted in again for each receiver that finds one unmapped.
         let segs = match msg.data {
             Src::Segs(s) => s,
             Src::Inline(_) => &[],
