@@ -359,7 +359,7 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 	long t0;
 	int status, posted = 0;
 
-	/* The victim: root's RC QP, a buffer for WRITEs and SENDs, receives posted. */
+	/* The victim: root's RC QP, a buffer for WRITEs and SENDs. */
 	self->buf = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, self->buf);
 	self->mr = ibv_reg_mr(self->d.pd, self->buf, FSIZE, ALL_ACCESS);
@@ -368,8 +368,6 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 	ASSERT_NE(NULL, self->cq);
 	self->victim = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
 	ASSERT_NE(NULL, self->victim);
-	for (; posted < 32; posted++)
-		ASSERT_EQ(0, post_recv(self->victim, self->buf, FSIZE, self->mr->lkey, posted));
 	/* An unrelated pair of root's. */
 	ASSERT_EQ(0, rc_pair_open(&self->other, &self->d, NULL, 4096, &rc_default));
 
@@ -386,6 +384,8 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 	ASSERT_NE(0, self->sh->qpn[1]) TH_LOG("the attacker did not set up (see its exit code)");
 	ASSERT_EQ(0, rc_connect(self->victim, &self->d, self->sh->qpn[1], &self->d.gid,
 				&rc_default));
+	for (; posted < 32; posted++)
+		ASSERT_EQ(0, post_recv(self->victim, self->buf, FSIZE, self->mr->lkey, posted));
 	self->sh->qpn[0] = self->victim->qp_num;
 
 	/*
@@ -393,7 +393,8 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 	 * copies); check what the victim receives; then stall the daemon.
 	 */
 	t0 = now_ms();
-	while (now_ms() - t0 < 3000 && self->sh->result <= 1) {
+	while ((now_ms() - t0 < 3000 || self->sh->ops < 8) && now_ms() - t0 < 60000 &&
+	       self->sh->result <= 1) {
 		inval(&self->dm);
 		while (ibv_poll_cq(self->cq, 1, &wc) == 1) {
 			ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
@@ -403,11 +404,13 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 			ASSERT_EQ(0, post_recv(self->victim, self->buf, FSIZE, self->mr->lkey,
 					       posted++));
 		}
-		usleep(5000 + (now_ms() % 7) * 1000);
+		/* Now and then, at no fixed point of a transfer. */
+		usleep(20000 + (now_ms() % 7) * 3000);
 	}
 	ASSERT_EQ(1, self->sh->result) TH_LOG("attacker completion status %d",
 					      self->sh->result - 1);
-	TH_LOG("%d transfers, %d READs before the stall", self->sh->ops, self->dm.reads);
+	TH_LOG("%d transfers (%d receives), %d READs before the stall", self->sh->ops,
+	       posted - 32, self->dm.reads);
 	pthread_mutex_lock(&self->dm.lock);
 	self->dm.stall = 1;
 	pthread_mutex_unlock(&self->dm.lock);
