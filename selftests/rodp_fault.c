@@ -428,6 +428,7 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 	EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
 					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
 	EXPECT_GT(STALL_MS, now_ms() - t0) TH_LOG("an unrelated QP waited");
+	v.qp = self->victim;
 	ASSERT_EQ(0, pthread_create(&vt, NULL, victim_main, &v));
 	t0 = now_ms();
 	while ((!v.modified || !v.destroyed) && now_ms() - t0 < STALL_MS)
