@@ -103,6 +103,11 @@ pub(crate) enum Reply {
     /// Silently dropped (destination not ready, not from an RC responder's peer, wrong Q_Key,
     /// ...).
     Drop,
+    /// Not executed: a page of the requester's ODP memory was unmapped when the responder came
+    /// to copy it (the responder never faults the requester's memory, see `resp`). Nothing the
+    /// message did is visible but data partly placed by an RDMA WRITE; the requester faults
+    /// its pages in again and delivers the message again.
+    Retry,
 }
 
 /// The transport: delivers `m` to the responder QP `dst` and returns its answer. Every QP is

@@ -16,7 +16,7 @@ use crate::{
     keys::{self, Tables},
     limit::Token,
     mem::{copy_pages, Pages},
-    odp::{CounterSets, Odp, OdpCounters, OdpUmem},
+    odp::{CounterSets, Faults, Odp, OdpCounters, OdpUmem},
 };
 use kernel::{
     impl_has_work, new_mutex, new_work,
@@ -516,24 +516,28 @@ impl MrShared {
         *self.anchor.windows.lock()
     }
 
-    /// Copies `data` to offset `off` (as returned by [`MrShared::check`]).
-    pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
+    /// Copies `data` to offset `off` (as returned by [`MrShared::check`]); without `fault`,
+    /// into ODP pages mapped already (see [`Faults`]).
+    pub(crate) fn write(&self, off: usize, data: &[u8], fault: bool) -> Result {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().write(off, data),
             Memory::Kernel => kmem::write(off as u64, data),
-            Memory::Odp(o) => o.each(off, data.len(), |u, uoff, pos, n| {
-                u.with_pages(uoff, n, true, |v| v.write(uoff, &data[pos..pos + n]))
+            Memory::Odp(o) => o.each_in(off, data.len(), fault, |u, uoff, pos, n| {
+                u.with_pages(uoff, n, true, fault, |v| v.write(uoff, &data[pos..pos + n]))
             }),
         }
     }
 
-    /// Copies `out.len()` bytes at offset `off` into `out`.
-    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
+    /// Copies `out.len()` bytes at offset `off` into `out`; without `fault`, from ODP pages
+    /// mapped already (see [`Faults`]).
+    fn read(&self, off: usize, out: &mut [u8], fault: bool) -> Result {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),
-            Memory::Odp(o) => o.each(off, out.len(), |u, uoff, pos, n| {
-                u.with_pages(uoff, n, false, |v| v.read(uoff, &mut out[pos..pos + n]))
+            Memory::Odp(o) => o.each_in(off, out.len(), fault, |u, uoff, pos, n| {
+                u.with_pages(uoff, n, false, fault, |v| {
+                    v.read(uoff, &mut out[pos..pos + n])
+                })
             }),
         }
     }
@@ -543,7 +547,7 @@ impl MrShared {
     pub(crate) fn touch(&self, off: usize, len: usize, write: bool) -> Result {
         match &*self.mem {
             Memory::Odp(o) => o.each(off, len, |u, uoff, _, n| {
-                u.with_pages(uoff, n, write, |_| Ok(()))
+                u.with_pages(uoff, n, write, true, |_| Ok(()))
             }),
             _ => Ok(()),
         }
@@ -551,49 +555,56 @@ impl MrShared {
 
     /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned and ODP
     /// memory (holding the ODP umems' mutexes, in address order, up to 64 KiB at a time),
-    /// through a bounce buffer when kernel memory takes part.
+    /// through a bounce buffer when kernel memory takes part. A side `faults` does not let
+    /// fault uses only its ODP pages mapped already and fails the copy with
+    /// [`crate::odp::UNMAPPED`] at one that is not (bytes before it may be copied).
     pub(crate) fn copy_from(
         &self,
         off: usize,
         src: &MrShared,
         src_off: usize,
         len: usize,
+        faults: Faults,
     ) -> Result {
         match (&*self.mem, &*src.mem) {
             (Memory::Pinned(d), Memory::Pinned(s)) => {
                 return d.pages().copy_from(off, s.pages(), src_off, len);
             }
             (Memory::Odp(d), Memory::Pinned(s)) => {
-                return d.each(off, len, |u, uoff, pos, n| {
-                    u.with_chunks(uoff, n, true, |v, voff, vn| {
+                return d.each_in(off, len, faults.dst, |u, uoff, pos, n| {
+                    u.with_chunks(uoff, n, true, faults.dst, |v, voff, vn| {
                         copy_pages(v, voff, s.pages(), src_off + pos + (voff - uoff), vn)
                     })
                 });
             }
             (Memory::Pinned(d), Memory::Odp(s)) => {
-                return s.each(src_off, len, |u, uoff, pos, n| {
-                    u.with_chunks(uoff, n, false, |v, voff, vn| {
+                return s.each_in(src_off, len, faults.src, |u, uoff, pos, n| {
+                    u.with_chunks(uoff, n, false, faults.src, |v, voff, vn| {
                         copy_pages(d.pages(), off + pos + (voff - uoff), v, voff, vn)
                     })
                 });
             }
             (Memory::Odp(d), Memory::Odp(s)) => {
-                return d.each(off, len, |du, duoff, dpos, dn| {
-                    s.each(src_off + dpos, dn, |su, suoff, spos, sn| {
-                        OdpUmem::copy(du, duoff + spos, su, suoff, sn)
+                return d.each_in(off, len, faults.dst, |du, duoff, dpos, dn| {
+                    s.each_in(src_off + dpos, dn, faults.src, |su, suoff, spos, sn| {
+                        OdpUmem::copy(du, duoff + spos, su, suoff, sn, faults)
                     })
                 });
             }
             _ => {}
         }
-        src.touch(src_off, len, false)?;
-        self.touch(off, len, true)?;
+        if faults.src {
+            src.touch(src_off, len, false)?;
+        }
+        if faults.dst {
+            self.touch(off, len, true)?;
+        }
         let mut bounce = [0u8; BOUNCE];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(bounce.len());
-            src.read(src_off + done, &mut bounce[..n])?;
-            self.write(off + done, &bounce[..n])?;
+            src.read(src_off + done, &mut bounce[..n], faults.src)?;
+            self.write(off + done, &bounce[..n], faults.dst)?;
             done += n;
         }
         Ok(())
@@ -609,7 +620,7 @@ impl MrShared {
                 // An aligned word never crosses a child boundary: one piece.
                 let mut old = 0;
                 o.each(off, 8, |u, uoff, _, _| {
-                    old = u.with_pages(uoff, 8, true, |v| v.atomic(uoff, op))?;
+                    old = u.with_pages(uoff, 8, true, true, |v| v.atomic(uoff, op))?;
                     Ok(())
                 })?;
                 Ok(old)

@@ -42,6 +42,29 @@ const HOLD: usize = 64 << 10;
 /// in, hundreds of times in a row, ends an access in error.
 const ATTEMPTS: u32 = 256;
 
+/// The error of an access that may not fault (see [`Faults`]) and found a page unmapped.
+pub(crate) const UNMAPPED: Error = ENODATA;
+
+/// Which sides of a copy may fault missing pages in. The responder copies from and to the
+/// requester's memory with the target QP's lock held, where a fault could wait for ever on user
+/// space (a FUSE daemon behind a `MAP_SHARED` mapping); there it uses only pages the requester
+/// faulted in itself, and an unmapped page fails the copy with [`UNMAPPED`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Faults {
+    /// The destination may fault.
+    pub(crate) dst: bool,
+    /// The source may fault.
+    pub(crate) src: bool,
+}
+
+impl Faults {
+    /// Both sides fault.
+    pub(crate) const ALL: Self = Self {
+        dst: true,
+        src: true,
+    };
+}
+
 /// Whether an MR with `access` may have its pages mapped writable.
 fn writable(access: u32) -> bool {
     access & (access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_ATOMIC) != 0
@@ -113,12 +136,28 @@ impl Odp {
         &self,
         off: usize,
         len: usize,
+        f: impl FnMut(&OdpUmem, usize, usize, usize) -> Result,
+    ) -> Result {
+        self.each_in(off, len, true, f)
+    }
+
+    /// [`Odp::each`]; without `fault`, an implicit MR makes no child (making one takes the
+    /// process's mmap lock) and a missing one fails with [`UNMAPPED`].
+    pub(crate) fn each_in(
+        &self,
+        off: usize,
+        len: usize,
+        fault: bool,
         mut f: impl FnMut(&OdpUmem, usize, usize, usize) -> Result,
     ) -> Result {
         match &self.kind {
             Kind::Explicit(u) => f(u, off, 0, len),
             Kind::Implicit(i) => pieces(off, len, |slot, coff, pos, n| {
-                let child = i.child(slot)?;
+                let child = if fault {
+                    i.child(slot)?
+                } else {
+                    i.children.get(slot).ok_or(UNMAPPED)?
+                };
                 let r = f(&child, coff, pos, n);
                 if r.is_err() && child.idle() {
                     // A child made for memory the process does not have: no invalidation will

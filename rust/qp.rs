@@ -138,6 +138,10 @@ pub(crate) struct RecvSide {
     pub(crate) peer: (u32, [u8; 16]),
     /// The receive WQE being filled (own ring or SRQ).
     pub(crate) slot: RecvSlot,
+    /// Whether `slot` holds a WQE taken from the ring that is not completed yet: a message
+    /// that had to be delivered again (the requester's pages went away, see `engine::resp`)
+    /// left it, and the next message that needs a receive WQE fills it. A flush completes it.
+    pub(crate) pending: bool,
     /// Its resolved scatter list.
     pub(crate) segs: KVec<Seg>,
 }
@@ -410,6 +414,7 @@ impl Qp {
                         established: false,
                         peer: (0, [0; 16]),
                         slot: recv_slot,
+                        pending: false,
                         segs,
                     }),
                     work <- new_work!("QpShared::work"),
@@ -790,6 +795,7 @@ impl QpShared {
             q.set_consumer(0);
         }
         rq.cons = 0;
+        rq.pending = false;
     }
 
     /// Completes every queued receive with `WR_FLUSH_ERR` (or, on an SRQ, reports the last
@@ -798,14 +804,27 @@ impl QpShared {
     /// Does nothing unless the QP is in ERR: a flush that comes late (after the consumer reset
     /// the QP and posted new receives) must not take them.
     pub(crate) fn flush_recv(&self) {
-        if self.srq.is_some() {
-            if self.state() == QpState::Err {
-                self.events.event(Event::LastWqeReached);
-            }
-            return;
-        }
         let mut rq = self.rq.lock();
         if self.state() != QpState::Err {
+            return;
+        }
+        if rq.pending {
+            // Taken before any WQE still in the ring: completed first.
+            rq.pending = false;
+            self.rcq.post(
+                &Wc {
+                    wr_id: rq.slot.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    qp_num: self.qpn,
+                    ..Default::default()
+                },
+                false,
+                &self.events,
+            );
+        }
+        if self.srq.is_some() {
+            drop(rq);
+            self.events.event(Event::LastWqeReached);
             return;
         }
         let mut cons = rq.cons;
@@ -835,8 +854,17 @@ impl QpShared {
         rq.cons = cons;
     }
 
-    /// Takes the next receive WQE (own ring or SRQ) into `rq.slot`; the caller holds `rq`.
+    /// Takes the next receive WQE (own ring or SRQ) into `rq.slot`, or keeps the pending one
+    /// there, and marks it pending until the caller completes it; the caller holds `rq`.
     pub(crate) fn pop_recv(&self, rq: &mut RecvSide) -> bool {
+        if rq.pending {
+            return true;
+        }
+        rq.pending = self.pop_next(rq);
+        rq.pending
+    }
+
+    fn pop_next(&self, rq: &mut RecvSide) -> bool {
         let RecvSide {
             queue, cons, slot, ..
         } = rq;

@@ -103,6 +103,12 @@ impl Srq {
     }
 
     /// Resizes (keeping queued WQEs) and/or arms the limit.
+    ///
+    /// The SRQ's lock is taken by the engine while it holds other QPs' locks, so nothing under
+    /// it touches user memory (which may fault on a stalled FUSE daemon): as rxe does, the
+    /// command is read and the new ring's mmap information written to user space before the
+    /// lock is taken. A failure after that (queued WQEs or the limit no longer fit) drops the
+    /// new ring; user space maps a new ring only when the command succeeded.
     pub(crate) fn modify(
         &self,
         ctx: &UContext,
@@ -113,15 +119,27 @@ impl Srq {
         if mask & !(srq_mask::MAX_WR | srq_mask::LIMIT) != 0 {
             return Err(EINVAL);
         }
+        let resize = mask & srq_mask::MAX_WR != 0;
+        if resize && (attr.max_wr == 0 || attr.max_wr > MAX_SRQ_WR) {
+            return Err(EINVAL);
+        }
+        // The new ring, its mmap information already with user space, and a WQE's buffer.
+        let new = if resize {
+            let mut cmd = [0u8; abi::MODIFY_SRQ_CMD];
+            udata.read(&mut cmd)?;
+            let addr = abi::modify_srq_mmap_info_addr(&cmd);
+            let new = Queue::new(Some(ctx), attr.max_wr, recv_wqe_size(self.shared.max_sge))?;
+            let tmp = KVec::from_elem(0u8, new.elem_size(), GFP_KERNEL)?;
+            udata::write_user(addr, &new.mm_info().to_bytes())?;
+            Some((new, tmp))
+        } else {
+            None
+        };
         let mut s = self.shared.state.lock();
         let old = s.queue.as_ref().ok_or(EINVAL)?;
         let prod = old.producer();
         let queued = old.count(prod, s.cons);
-        let max_wr = if mask & srq_mask::MAX_WR != 0 {
-            attr.max_wr
-        } else {
-            s.max_wr
-        };
+        let max_wr = if resize { attr.max_wr } else { s.max_wr };
         let limit = if mask & srq_mask::LIMIT != 0 {
             attr.srq_limit
         } else {
@@ -130,17 +148,11 @@ impl Srq {
         if mask & srq_mask::LIMIT != 0 && limit > max_wr {
             return Err(EINVAL);
         }
-        if mask & srq_mask::MAX_WR != 0 {
-            if max_wr == 0 || max_wr > MAX_SRQ_WR || max_wr < queued || max_wr < limit {
+        if let Some((new, mut tmp)) = new {
+            if max_wr < queued || max_wr < limit {
                 return Err(EINVAL);
             }
-            let mut cmd = [0u8; abi::MODIFY_SRQ_CMD];
-            udata.read(&mut cmd)?;
-            let addr = abi::modify_srq_mmap_info_addr(&cmd);
-            let new = Queue::new(Some(ctx), max_wr, recv_wqe_size(self.shared.max_sge))?;
-            let mut tmp = KVec::from_elem(0u8, old.elem_size().min(new.elem_size()), GFP_KERNEL)?;
             let n = new.take_from(old, s.cons, prod, &mut tmp)?;
-            udata::write_user(addr, &new.mm_info().to_bytes())?;
             new.set_producer(n);
             s.cons = 0;
             s.max_wr = new.capacity();

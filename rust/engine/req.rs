@@ -8,7 +8,7 @@ use super::{
     comp::{self, Exec},
     deliver,
     packet::Gid,
-    xfer::{resolve, transfer, Scratch, Src},
+    xfer::{refault, resolve, transfer, Scratch, Seg, Src},
     Message, Nak, Reply, Ud,
 };
 use crate::{
@@ -21,6 +21,7 @@ use crate::{
     },
     mcast,
     mw::Via,
+    odp::Faults,
     qp::{QpShared, SendSide},
     stats::{packets, Counter},
 };
@@ -32,19 +33,35 @@ use kernel::{
 /// WQEs one run of a requester handles before yielding the worker.
 const BUDGET: u32 = 256;
 
-/// Runs a QP's send queue until it is empty, blocked, waiting for a timer, or the budget is
-/// used.
+/// Bytes one run of a requester moves before yielding the worker: the run ends after the WQE
+/// that takes it past this (one WQE may carry 2 GiB; its copy gives the CPU away every MiB).
+const BYTE_BUDGET: usize = 1 << 20;
+
+/// Deliveries of one message before the requester gives up on pages of its own memory that
+/// keep going away before the responder copies them (an invalidation after each fault): the
+/// WQE then completes with `IBV_WC_LOC_PROT_ERR`. Like the ODP layer's fault attempts, only
+/// memory that changes faster than it can be faulted in, hundreds of times in a row, gets
+/// there.
+const DELIVERIES: u32 = 256;
+
+/// Runs a QP's send queue until it is empty, blocked, waiting for a timer, or the budget (of
+/// WQEs or bytes) is used; then the QP's work item is queued again, behind the others.
 pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
+    let mut moved = 0;
     for _ in 0..BUDGET {
-        if !step(qp) {
+        if !step(qp, &mut moved) {
             return;
+        }
+        if moved >= BYTE_BUDGET {
+            break;
         }
     }
     qp.kick();
 }
 
-/// Handles the WQE at the head of the send queue; returns whether to go on.
-fn step(qp: &Arc<QpShared>) -> bool {
+/// Handles the WQE at the head of the send queue, adding the bytes it moved to `moved`;
+/// returns whether to go on.
+fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
     let generation = qp.generation();
     let mut sq = qp.sq.lock();
     if sq.attr_gen != Some(generation) {
@@ -111,6 +128,7 @@ fn step(qp: &Arc<QpShared>) -> bool {
             &buf[..n],
             peer.as_ref().map(|(p, _)| (p, &*sgid)),
             scratch,
+            moved,
         ),
         _ => Exec::Done(WcStatus::LocQpOpErr, 0),
     };
@@ -126,6 +144,7 @@ fn find_rc_peer(dgid: &[u8; 16], qpn: u32) -> Option<Arc<QpShared>> {
 
 /// Executes one send WQE `w` (operation `op`) of `qp`; `raw` is the whole WQE (for its SGEs
 /// or inline data); `peer` is an RC QP's peer and the GID it sends from.
+#[expect(clippy::too_many_arguments)]
 fn execute(
     qp: &Arc<QpShared>,
     a: &QpAttr,
@@ -134,6 +153,7 @@ fn execute(
     raw: &[u8],
     peer: Option<(&Arc<QpShared>, &[u8; 16])>,
     scratch: &mut Scratch,
+    moved: &mut usize,
 ) -> Exec {
     // Memory window operations complete locally, in order with the WQEs around them.
     match op {
@@ -246,7 +266,7 @@ fn execute(
             tclass: av.tclass,
         });
         if Gid(av.dgid).is_multicast() {
-            return Exec::Done(multicast(qp, &msg, w.remote_qpn, a.path_mtu), 0);
+            return Exec::Done(multicast(qp, &msg, w.remote_qpn, a.path_mtu, moved), 0);
         }
         let dest = Device::with_gid_owner(&av.dgid, |dev| dev.tables.qps.get(w.remote_qpn))
             .flatten()
@@ -265,14 +285,16 @@ fn execute(
             None => return Exec::NoAnswer,
         }
     };
-    let reply = deliver(&dest, &msg);
+    let Some(reply) = deliver_mapped(&dest, &msg, segs, read_like, moved) else {
+        return Exec::Done(WcStatus::LocProtErr, 0);
+    };
     if let Reply::Ack(_) = reply {
         account(qp, &dest, op, len, netdev::ib_mtu_bytes(a.path_mtu));
     }
     match reply {
         Reply::Ack(orig) => {
             let byte_len = if op.is_atomic() {
-                if transfer(segs, 0, Src::Inline(&orig.to_ne_bytes()), 8).is_err() {
+                if transfer(segs, 0, Src::Inline(&orig.to_ne_bytes()), 8, Faults::ALL).is_err() {
                     return Exec::Done(WcStatus::LocProtErr, 0);
                 }
                 8
@@ -287,13 +309,44 @@ fn execute(
         Reply::Rnr(t) => Exec::Rnr(t),
         Reply::Drop if qp.qp_type.is_ud() => Exec::Done(WcStatus::Success, 0),
         Reply::Drop => Exec::NoAnswer,
+        // `deliver_mapped` answers it.
+        Reply::Retry => Exec::Done(WcStatus::LocProtErr, 0),
     }
+}
+
+/// Delivers `msg` to `dest` and returns the answer, adding the bytes moved to `moved`. When
+/// the responder found a page of this QP's memory `segs` unmapped (it never faults it, see
+/// `resp`), the pages are faulted in again here, on this QP's own worker and under its own
+/// lock only (a fault that blocks, on a stalled FUSE daemon say, blocks this QP alone), and
+/// the message is delivered again, up to [`DELIVERIES`] times. `None` when the pages cannot
+/// be faulted in or kept going away.
+fn deliver_mapped(
+    dest: &Arc<QpShared>,
+    msg: &Message<'_>,
+    segs: &[Seg],
+    write: bool,
+    moved: &mut usize,
+) -> Option<Reply> {
+    for _ in 0..DELIVERIES {
+        *moved = moved.saturating_add(msg.len);
+        match deliver(dest, msg) {
+            Reply::Retry => refault(segs, write).ok()?,
+            r => return Some(r),
+        }
+    }
+    None
 }
 
 /// Delivers a datagram sent to a multicast group to every QP attached to it on the host;
 /// returns the send's completion status. (Multicast allocates its list of receivers: it is not
 /// the fast path.)
-fn multicast(qp: &QpShared, msg: &Message<'_>, qpn: u32, path_mtu: u32) -> WcStatus {
+fn multicast(
+    qp: &QpShared,
+    msg: &Message<'_>,
+    qpn: u32,
+    path_mtu: u32,
+    moved: &mut usize,
+) -> WcStatus {
     let Some(mgid) = msg.ud.map(|u| u.dgid) else {
         return WcStatus::LocQpOpErr;
     };
@@ -316,7 +369,12 @@ fn multicast(qp: &QpShared, msg: &Message<'_>, qpn: u32, path_mtu: u32) -> WcSta
         return WcStatus::LocQpOpErr;
     }
     for d in &dests {
-        if let Reply::Ack(_) = deliver(d, msg) {
+        // The datagram's pages are faulted in again for each receiver that finds one unmapped.
+        let segs = match msg.data {
+            Src::Segs(s) => s,
+            Src::Inline(_) => &[],
+        };
+        if let Some(Reply::Ack(_)) = deliver_mapped(d, msg, segs, false, moved) {
             account(qp, d, msg.opcode, msg.len, netdev::ib_mtu_bytes(path_mtu));
         }
     }

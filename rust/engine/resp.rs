@@ -3,6 +3,13 @@
 //! The responder (rxe's `rxe_resp.c`): checks a message against the receiving QP, executes
 //! it on the QP's memory and receive queue, completes receives, and answers with an ACK, a NAK
 //! or an RNR NAK.
+//!
+//! It runs on the requester's worker with the receiving QP's receive side locked, a lock of
+//! another user. So it never waits for anything the requester's user controls: it faults only
+//! the receiving QP's own ODP memory, and copies from and to the requester's memory only the
+//! pages the requester has mapped (the requester faulted them in before delivering). When one
+//! of them went away in between, the message is given up with [`Reply::Retry`]: a receive WQE
+//! it took stays pending for the next delivery, and the requester faults again and retries.
 
 use super::{
     packet::grh,
@@ -16,6 +23,7 @@ use crate::{
     },
     mr::MrShared,
     mw::Via,
+    odp::{Faults, UNMAPPED},
     qp::{QpShared, RecvSide},
     stats::Counter,
 };
@@ -98,28 +106,56 @@ fn recv_wc(dst: &QpShared, m: &Message<'_>, wr_id: u64, status: WcStatus) -> Wc 
     }
 }
 
+/// Completes the receive WQE in `rq.slot` (no longer `pending`) with `wc`.
+fn recv_done(dst: &QpShared, pending: &mut bool, wc: &Wc, solicited: bool) {
+    *pending = false;
+    dst.rcq.post(wc, solicited, &dst.events);
+}
+
 /// Completes the receive WQE in `rq.slot` with an error.
-fn recv_err(dst: &QpShared, m: &Message<'_>, wr_id: u64, status: WcStatus) {
-    dst.rcq
-        .post(&recv_wc(dst, m, wr_id, status), false, &dst.events);
+fn recv_err(dst: &QpShared, m: &Message<'_>, pending: &mut bool, wr_id: u64, status: WcStatus) {
+    recv_done(dst, pending, &recv_wc(dst, m, wr_id, status), false);
+}
+
+/// The data copy into the responder's memory (which may fault) from the requester's (which
+/// must be mapped), and the answer when it fails: [`Reply::Retry`] for an unmapped page of the
+/// requester.
+fn copy_in(dst: &[Seg], skip: usize, m: &Message<'_>) -> Result<(), Reply> {
+    let faults = Faults {
+        dst: true,
+        src: false,
+    };
+    transfer(dst, skip, m.data, m.len, faults).map_err(|e| {
+        if e == UNMAPPED {
+            Reply::Retry
+        } else {
+            Reply::Nak(Nak::Op)
+        }
+    })
 }
 
 fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     if let Err(r) = take_recv(dst, rq) {
         return r;
     }
-    let RecvSide { slot, segs, .. } = rq;
+    let RecvSide {
+        slot,
+        segs,
+        pending,
+        ..
+    } = rq;
+    let wr_id = slot.wr_id;
     segs.clear();
     let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs) {
         Ok(n) => n,
         Err(_) => {
-            recv_err(dst, m, slot.wr_id, WcStatus::LocProtErr);
+            recv_err(dst, m, pending, wr_id, WcStatus::LocProtErr);
             return Reply::Nak(Nak::Op);
         }
     };
     let skip = if m.ud.is_some() { GRH_LEN } else { 0 };
     if m.len + skip > room {
-        recv_err(dst, m, slot.wr_id, WcStatus::LocLenErr);
+        recv_err(dst, m, pending, wr_id, WcStatus::LocLenErr);
         return if m.ud.is_some() {
             Reply::Drop
         } else {
@@ -129,15 +165,16 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     let mut flags = 0;
     if let Some(ud) = &m.ud {
         let h = grh(&ud.sgid, &ud.dgid, m.len as u32, ud.hop_limit, ud.tclass);
-        if transfer(segs, 0, Src::Inline(&h), GRH_LEN).is_err() {
+        if transfer(segs, 0, Src::Inline(&h), GRH_LEN, Faults::ALL).is_err() {
             return Reply::Nak(Nak::Op);
         }
         flags |= wc_flags::GRH;
     }
-    if transfer(segs, skip, m.data, m.len).is_err() {
-        return Reply::Nak(Nak::Op);
+    // An unmapped page of the sender leaves the receive WQE pending for the next delivery.
+    if let Err(r) = copy_in(segs, skip, m) {
+        return r;
     }
-    let mut wc = recv_wc(dst, m, slot.wr_id, WcStatus::Success);
+    let mut wc = recv_wc(dst, m, wr_id, WcStatus::Success);
     wc.byte_len = (m.len + skip) as u32;
     if m.opcode == WrOpcode::SendWithImm {
         flags |= wc_flags::WITH_IMM;
@@ -146,14 +183,14 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     if m.opcode == WrOpcode::SendWithInv {
         // The key travels where immediate data would; the window must be bound to this QP.
         if dst.tables.invalidate(m.imm, Via::Send(dst)).is_err() {
-            recv_err(dst, m, slot.wr_id, WcStatus::RemInvReqErr);
+            recv_err(dst, m, pending, wr_id, WcStatus::RemInvReqErr);
             return Reply::Nak(Nak::InvReq);
         }
         flags |= wc_flags::WITH_INVALIDATE;
         wc.imm_data = m.imm;
     }
     wc.wc_flags = flags;
-    dst.rcq.post(&wc, m.solicited, &dst.events);
+    recv_done(dst, pending, &wc, m.solicited);
     Reply::Ack(0)
 }
 
@@ -201,8 +238,9 @@ fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
             off,
             len: m.len,
         }];
-        if transfer(&seg, 0, m.data, m.len).is_err() {
-            return Reply::Nak(Nak::Op);
+        // Data placed before an unmapped page of the writer stays; the retry writes it again.
+        if let Err(r) = copy_in(&seg, 0, m) {
+            return r;
         }
     }
     if imm {
@@ -211,7 +249,7 @@ fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
         wc.byte_len = m.len as u32;
         wc.wc_flags = wc_flags::WITH_IMM;
         wc.imm_data = m.imm;
-        dst.rcq.post(&wc, m.solicited, &dst.events);
+        recv_done(dst, &mut rq.pending, &wc, m.solicited);
     }
     Reply::Ack(0)
 }
@@ -232,10 +270,16 @@ fn read(dst: &QpShared, m: &Message<'_>) -> Reply {
         off,
         len: m.len,
     }];
-    if transfer(m.read_into, 0, Src::Segs(&seg), m.len).is_err() {
-        return Reply::Nak(Nak::Op);
+    // Into the reader's memory, which must be mapped.
+    let faults = Faults {
+        dst: false,
+        src: true,
+    };
+    match transfer(m.read_into, 0, Src::Segs(&seg), m.len, faults) {
+        Ok(()) => Reply::Ack(0),
+        Err(e) if e == UNMAPPED => Reply::Retry,
+        Err(_) => Reply::Nak(Nak::Op),
     }
-    Reply::Ack(0)
 }
 
 fn atomic(dst: &QpShared, m: &Message<'_>) -> Reply {

@@ -5,8 +5,9 @@
 
 use super::MAX_MSG;
 use crate::{
-    ib::{abi::Sge, verbs::access},
+    ib::{abi::Sge, verbs::access, wq},
     mr::{Fault, MrShared},
+    odp::Faults,
     qp::QpShared,
 };
 use kernel::{prelude::*, sync::Arc};
@@ -83,8 +84,30 @@ pub(super) fn resolve(
     Ok(total as usize)
 }
 
-/// Copies `len` bytes of `src` into `dst`, starting `skip` bytes into `dst`.
-pub(super) fn transfer(dst: &[Seg], skip: usize, src: Src<'_>, len: usize) -> Result {
+/// Faults the ODP pages of `segs` in again (writable when `write`), on the requester's own
+/// worker, after the responder found one of them unmapped.
+pub(super) fn refault(segs: &[Seg], write: bool) -> Result {
+    for s in segs {
+        s.mr.touch(s.off, s.len, write)?;
+        wq::cond_resched();
+    }
+    Ok(())
+}
+
+/// Most bytes one call of the copy engine moves: a long copy gives the CPU away between pieces
+/// (the engine holds only mutexes, of its own QPs and of the target QP, while it copies).
+const PIECE: usize = 1 << 20;
+
+/// Copies `len` bytes of `src` into `dst`, starting `skip` bytes into `dst`. ODP pages of a
+/// side `faults` does not let fault must be mapped already: a page that is not fails the copy
+/// with [`crate::odp::UNMAPPED`], after the bytes before it may have been copied.
+pub(super) fn transfer(
+    dst: &[Seg],
+    skip: usize,
+    src: Src<'_>,
+    len: usize,
+    faults: Faults,
+) -> Result {
     let mut di = 0;
     let mut dpos = skip;
     // Find the destination segment that holds byte `skip`.
@@ -100,13 +123,17 @@ pub(super) fn transfer(dst: &[Seg], skip: usize, src: Src<'_>, len: usize) -> Re
         let n = match src {
             Src::Inline(b) => {
                 let n = room.min(len - done);
-                d.mr.write(d.off + dpos, b.get(done..done + n).ok_or(EFAULT)?)?;
+                d.mr.write(
+                    d.off + dpos,
+                    b.get(done..done + n).ok_or(EFAULT)?,
+                    faults.dst,
+                )?;
                 n
             }
             Src::Segs(ss) => {
                 let s = ss.get(si).ok_or(EFAULT)?;
-                let n = room.min(s.len - spos).min(len - done);
-                d.mr.copy_from(d.off + dpos, &s.mr, s.off + spos, n)?;
+                let n = room.min(s.len - spos).min(len - done).min(PIECE);
+                d.mr.copy_from(d.off + dpos, &s.mr, s.off + spos, n, faults)?;
                 spos += n;
                 if spos == s.len {
                     si += 1;
@@ -115,6 +142,9 @@ pub(super) fn transfer(dst: &[Seg], skip: usize, src: Src<'_>, len: usize) -> Re
                 n
             }
         };
+        if (done + n) / PIECE != done / PIECE {
+            wq::cond_resched();
+        }
         done += n;
         dpos += n;
         if dpos == d.len {

@@ -331,3 +331,8 @@ void rodp_helper_nl_nest_cancel(struct sk_buff *msg, struct nlattr *nest)
 {
 	nla_nest_cancel(msg, nest);
 }
+
+void rodp_helper_cond_resched(void)
+{
+	cond_resched();
+}

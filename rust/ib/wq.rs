@@ -57,3 +57,11 @@ pub(crate) fn get() -> &'static Queue {
     // SAFETY: The pointer is valid from module init to module exit (see above).
     unsafe { Queue::from_raw(WQ.load(Acquire).cast()) }
 }
+
+/// Gives the CPU to other tasks if one is due (`cond_resched`): long copies of the engine call
+/// it between pieces. The caller must hold no spinlock and not be in atomic context (a work
+/// item holding only mutexes).
+pub(crate) fn cond_resched() {
+    // SAFETY: FFI call without arguments; the caller may sleep (see above).
+    unsafe { bindings::cond_resched() };
+}

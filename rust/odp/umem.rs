@@ -7,13 +7,14 @@
 use super::{
     implicit::Children,
     mtt::{Mtt, State},
-    CounterSets, ATTEMPTS, FAULT_BATCH, HOLD,
+    CounterSets, Faults, ATTEMPTS, FAULT_BATCH, HOLD, UNMAPPED,
 };
 use crate::{
     ib::{
         device::{Device, Driver},
         odp::{ImplicitUmemOdp, Locked, UmemOdp},
         umem::PageRef,
+        wq,
     },
     mem::{copy_pages, Pages},
 };
@@ -75,13 +76,16 @@ impl OdpUmem {
 
     /// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, holding both
     /// umems' mutexes (taken in address order; one when they are the same umem) for at most
-    /// 64 KiB at a time; faults missing pages in and retries when an invalidation wins.
+    /// 64 KiB at a time; faults missing pages in and retries when an invalidation wins. A side
+    /// that `faults` does not let fault fails the copy with [`UNMAPPED`] when it misses a page
+    /// (bytes before that 64 KiB piece are copied).
     pub(crate) fn copy(
         dst: &OdpUmem,
         doff: usize,
         src: &OdpUmem,
         soff: usize,
         len: usize,
+        faults: Faults,
     ) -> Result {
         if !dst.writable {
             return Err(EFAULT);
@@ -136,6 +140,9 @@ impl OdpUmem {
                 if (dmiss, smiss) == (false, false) {
                     break;
                 }
+                if (dmiss && !faults.dst) || (smiss && !faults.src) {
+                    return Err(UNMAPPED);
+                }
                 attempt += 1;
                 if attempt > 1 {
                     dst.counters().add(|c| &c.contentions, 1);
@@ -186,12 +193,14 @@ impl OdpUmem {
 
     /// Maps `[off, off + len)` (writable when `write`) in batches of at most 2 MiB, then runs
     /// `f` with the mutex held and every page of the range present; retries when an
-    /// invalidation wins the race.
+    /// invalidation wins the race. Without `fault`, runs `f` only if every page is mapped
+    /// already, and fails with [`UNMAPPED`] otherwise.
     pub(crate) fn with_pages<R>(
         &self,
         off: usize,
         len: usize,
         write: bool,
+        fault: bool,
         f: impl FnOnce(&OdpView<'_>) -> Result<R>,
     ) -> Result<R> {
         if write && !self.writable {
@@ -208,6 +217,9 @@ impl OdpUmem {
                 });
             }
             drop(l);
+            if !fault {
+                return Err(UNMAPPED);
+            }
             if attempt > 0 {
                 self.counters().add(|c| &c.contentions, 1);
             }
@@ -226,18 +238,19 @@ impl OdpUmem {
     }
 
     /// Runs `f(view, offset, length)` over `[off, off + len)` in pieces of at most 64 KiB, each
-    /// with the mutex held and its pages present (see `with_pages`).
+    /// with the mutex held and its pages present (see `with_pages`, also for `fault`).
     pub(crate) fn with_chunks(
         &self,
         off: usize,
         len: usize,
         write: bool,
+        fault: bool,
         mut f: impl FnMut(&OdpView<'_>, usize, usize) -> Result,
     ) -> Result {
         let mut pos = 0;
         while pos < len {
             let n = (len - pos).min(HOLD);
-            self.with_pages(off + pos, n, write, |v| f(v, off + pos, n))?;
+            self.with_pages(off + pos, n, write, fault, |v| f(v, off + pos, n))?;
             pos += n;
         }
         Ok(())
@@ -265,6 +278,8 @@ impl OdpUmem {
             usable += l.fill(self.span(off + done, n), write);
             drop(l);
             done += n;
+            // A fault of a large range gives the CPU away between batches.
+            wq::cond_resched();
         }
         if fault {
             self.counters().add(|c| &c.faults, 1);
@@ -277,7 +292,7 @@ impl OdpUmem {
     /// only the pages that are present; counts the range's pages mapped afterwards.
     pub(super) fn prefetch(&self, off: usize, len: usize, write: bool, fault: bool) -> Result {
         if fault {
-            self.with_pages(off, len, write, |_| Ok(()))?;
+            self.with_pages(off, len, write, true, |_| Ok(()))?;
         } else {
             // Pages the MM keeps changing are simply not mapped ahead.
             self.map(off, len, false, false)

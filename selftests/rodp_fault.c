@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rodp's shared engine cannot be stalled by one user (issue 12, finding 2).
+ *
+ * stalled_fuse_source: an unprivileged attacker registers an ODP MR over a MAP_SHARED mapping
+ * of a file on a FUSE file system whose daemon (a thread of this root test, speaking the raw
+ * /dev/fuse protocol) can stop answering READ, and keeps sending RDMA WRITEs and SENDs from it
+ * to its connected peer, a victim QP owned by root. The daemon drops the file's page cache
+ * now and then (FUSE_NOTIFY_INVAL_INODE, which invalidates the ODP pages), also while a copy
+ * is under way, then stops answering READ. The next fault of the attacker's memory blocks; it
+ * must block the attacker's own worker only: the victim's modify_qp to ERR and destroy_qp, and
+ * a transfer on an unrelated QP pair, finish within seconds while the daemon stalls. Then the
+ * daemon answers again and the attacker gets a completion (its peer is gone: an error).
+ * The daemon and the mount run as root; the attacker (uid 65534) opens and maps the file
+ * itself (allow_other) and registers the ODP MR.
+ *
+ * long_chain_does_not_starve: a QP with a chain of 1 MiB writes does not delay the small
+ * writes of another QP (a requester run ends after 1 MiB and is queued again).
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <linux/fuse.h>
+#include "rodp_verbs.h"
+#include "kselftest_harness.h"
+
+#define MNT "/tmp/rodp_fault_fuse"
+#define FSIZE (256 << 10)
+#define FILE_INO 2
+#define STALL_MS 5000
+
+/* The byte at offset off of the FUSE file. */
+static unsigned char file_byte(uint64_t off)
+{
+	return (unsigned char)(off * 7 + (off >> 12) + 1);
+}
+
+/* What the root parent and the attacker share (MAP_SHARED anonymous memory). */
+struct shared {
+	atomic_int stop;	/* parent: attacker, stop posting */
+	atomic_int result;	/* attacker: 1 + status of its last completion, or -errno */
+	atomic_int ops;		/* attacker: completions seen */
+	uint32_t qpn[2];	/* victim, attacker */
+	union ibv_gid gid;
+	uint64_t addr;		/* victim buffer */
+	uint32_t rkey;
+};
+
+/* The daemon: answers every request at once, but READs while stalled are kept for later. */
+struct daemon {
+	int fd;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	int stall;
+	int pending;			/* READs held */
+	uint64_t unique[64];
+	uint64_t off[64];
+	uint32_t size[64];
+	atomic_int reads;		/* READs answered */
+	atomic_int flap_stop;
+	pthread_t flapper;
+	int flapping;
+};
+
+static int reply(int fd, uint64_t unique, int error, const void *arg, size_t len)
+{
+	struct fuse_out_header h = { .len = sizeof(h) + len, .error = error, .unique = unique };
+	struct iovec v[2] = { { &h, sizeof(h) }, { (void *)arg, len } };
+
+	return writev(fd, v, len ? 2 : 1) == (ssize_t)h.len ? 0 : -1;
+}
+
+static void file_attr(struct fuse_attr *a, uint64_t ino)
+{
+	memset(a, 0, sizeof(*a));
+	a->ino = ino;
+	a->nlink = 1;
+	a->blksize = 4096;
+	if (ino == FUSE_ROOT_ID) {
+		a->mode = S_IFDIR | 0755;
+	} else {
+		a->mode = S_IFREG | 0444;
+		a->size = FSIZE;
+		a->blocks = FSIZE / 512;
+	}
+}
+
+static int answer_read(int fd, uint64_t unique, uint64_t off, uint32_t size)
+{
+	static unsigned char data[FSIZE];
+	uint32_t n = off >= FSIZE ? 0 : (uint32_t)(FSIZE - off < size ? FSIZE - off : size);
+
+	for (uint32_t i = 0; i < n; i++)
+		data[i] = file_byte(off + i);
+	return reply(fd, unique, 0, data, n);
+}
+
+static void *daemon_main(void *arg)
+{
+	struct daemon *dm = arg;
+	static char buf[1 << 18];
+
+	for (;;) {
+		ssize_t n = read(dm->fd, buf, sizeof(buf));
+		struct fuse_in_header *h = (void *)buf;
+		void *in = buf + sizeof(*h);
+
+		if (n < 0 && (errno == EINTR || errno == ENOENT))
+			continue;
+		if (n < (ssize_t)sizeof(*h))
+			break;	/* ENODEV: unmounted or aborted */
+		switch (h->opcode) {
+		case FUSE_INIT: {
+			struct fuse_init_in *i = in;
+			struct fuse_init_out o = {
+				.major = FUSE_KERNEL_VERSION, .minor = FUSE_KERNEL_MINOR_VERSION,
+				.max_readahead = i->max_readahead, .max_write = 4096,
+				.time_gran = 1,
+			};
+
+			reply(dm->fd, h->unique, 0, &o, sizeof(o));
+			break;
+		}
+		case FUSE_LOOKUP: {
+			struct fuse_entry_out o = { .nodeid = FILE_INO, .generation = 1,
+						    .entry_valid = 3600, .attr_valid = 3600 };
+
+			if (h->nodeid != FUSE_ROOT_ID || strcmp(in, "f")) {
+				reply(dm->fd, h->unique, -ENOENT, NULL, 0);
+				break;
+			}
+			file_attr(&o.attr, FILE_INO);
+			reply(dm->fd, h->unique, 0, &o, sizeof(o));
+			break;
+		}
+		case FUSE_GETATTR: {
+			struct fuse_attr_out o = { .attr_valid = 3600 };
+
+			file_attr(&o.attr, h->nodeid);
+			reply(dm->fd, h->unique, 0, &o, sizeof(o));
+			break;
+		}
+		case FUSE_OPEN:
+		case FUSE_OPENDIR: {
+			struct fuse_open_out o = { .fh = 1, .open_flags = FOPEN_KEEP_CACHE };
+
+			reply(dm->fd, h->unique, 0, &o, sizeof(o));
+			break;
+		}
+		case FUSE_READ: {
+			struct fuse_read_in *r = in;
+			int held = 0;
+
+			pthread_mutex_lock(&dm->lock);
+			if (dm->stall && dm->pending < 64) {
+				dm->unique[dm->pending] = h->unique;
+				dm->off[dm->pending] = r->offset;
+				dm->size[dm->pending] = r->size;
+				dm->pending++;
+				held = 1;
+			}
+			pthread_mutex_unlock(&dm->lock);
+			if (!held) {
+				answer_read(dm->fd, h->unique, r->offset, r->size);
+				dm->reads++;
+			}
+			break;
+		}
+		case FUSE_FLUSH:
+		case FUSE_RELEASE:
+		case FUSE_RELEASEDIR:
+			reply(dm->fd, h->unique, 0, NULL, 0);
+			break;
+		case FUSE_FORGET:
+		case FUSE_BATCH_FORGET:
+		case FUSE_INTERRUPT:
+			break;	/* no reply */
+		default:
+			reply(dm->fd, h->unique, -ENOSYS, NULL, 0);
+		}
+	}
+	return NULL;
+}
+
+/* Drops the file's page cache: its pages leave every mapping (and ODP MR) of it. */
+static void inval(struct daemon *dm)
+{
+	struct fuse_notify_inval_inode_out o = { .ino = FILE_INO, .off = 0, .len = 0 };
+
+	reply(dm->fd, 0, FUSE_NOTIFY_INVAL_INODE, &o, sizeof(o));
+}
+
+static int pending(struct daemon *dm)
+{
+	int n;
+
+	pthread_mutex_lock(&dm->lock);
+	n = dm->pending;
+	pthread_mutex_unlock(&dm->lock);
+	return n;
+}
+
+/*
+ * While stalled, drops the page cache until a READ is held. An invalidation waits for a page
+ * under READ, so it runs here, not in the thread that answers the held READs; it can still
+ * lose the race to a READ held just after the check, and then waits for unstall().
+ */
+static void *flapper_main(void *arg)
+{
+	struct daemon *dm = arg;
+
+	while (!dm->flap_stop && !pending(dm)) {
+		inval(dm);
+		usleep(2000);
+	}
+	return NULL;
+}
+
+/* Answers the READs held and stops holding new ones. */
+static void unstall(struct daemon *dm)
+{
+	pthread_mutex_lock(&dm->lock);
+	dm->stall = 0;
+	for (int i = 0; i < dm->pending; i++)
+		answer_read(dm->fd, dm->unique[i], dm->off[i], dm->size[i]);
+	dm->pending = 0;
+	pthread_mutex_unlock(&dm->lock);
+}
+
+/*
+ * The attacker (uid 65534): its QP connected to the victim, an ODP MR over the FUSE file
+ * mapped MAP_SHARED; alternates WRITEs and SENDs of the whole file to the victim until told to
+ * stop or a completion fails. Exits with 0 once it saw a completion after being told to stop.
+ */
+static int attacker(struct shared *sh, int fuse_fd)
+{
+	struct ibv_wc wc;
+	struct ibv_mr *mr;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct dev d;
+	void *map;
+	int fd;
+
+	close(fuse_fd);
+	if (become_nobody())
+		return 10;
+	fd = open(MNT "/f", O_RDONLY);
+	if (fd < 0)
+		return 11;
+	map = mmap(NULL, FSIZE, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		return 12;
+	if (dev_open(&d, "rodp0"))
+		return 13;
+	cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
+	qp = cq ? make_qp(&d, cq, cq, IBV_QPT_RC, NULL) : NULL;
+	mr = ibv_reg_mr(d.pd, map, FSIZE, IBV_ACCESS_ON_DEMAND);
+	if (!qp || !mr)
+		return 14;
+	sh->qpn[1] = qp->qp_num;
+	while (!sh->qpn[0])
+		usleep(1000);
+	if (rc_connect(qp, &d, sh->qpn[0], &sh->gid, &rc_default))
+		return 15;
+	for (int i = 0;; i++) {
+		int stop = sh->stop;
+
+		if (post_send(qp, i % 2 ? IBV_WR_SEND : IBV_WR_RDMA_WRITE, map, FSIZE, mr->lkey,
+			      sh->addr, sh->rkey, 0, i))
+			return 16;
+		/* Long enough for a stalled fault to be answered (the parent's limit is less). */
+		if (poll1(cq, &wc, 120000) != 1)
+			return 17;
+		sh->ops++;
+		sh->result = 1 + wc.status;
+		if (stop || wc.status != IBV_WC_SUCCESS)
+			break;
+	}
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	dev_close(&d);
+	munmap(map, FSIZE);
+	close(fd);
+	return 0;
+}
+
+FIXTURE(fault) {
+	struct dev d;
+	struct daemon dm;
+	int mounted, daemon_started;
+	struct shared *sh;
+	pid_t child;
+	struct ibv_cq *cq;
+	struct ibv_qp *victim;
+	char *buf;
+	struct ibv_mr *mr;
+	struct rc_pair other;
+};
+
+FIXTURE_SETUP(fault)
+{
+	char opts[128];
+
+	/*
+	 * The FUSE device first: a lower descriptor, closed first if the test dies, which ends
+	 * every held READ before the verbs objects are torn down.
+	 */
+	pthread_mutex_init(&self->dm.lock, NULL);
+	mkdir(MNT, 0755);
+	self->dm.fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, self->dm.fd) TH_LOG("/dev/fuse: %s (CONFIG_FUSE_FS?)", strerror(errno));
+	snprintf(opts, sizeof(opts), "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other",
+		 self->dm.fd);
+	ASSERT_EQ(0, mount("rodp_fault", MNT, "fuse", MS_NOSUID | MS_NODEV, opts))
+		TH_LOG("mount: %s", strerror(errno));
+	self->mounted = 1;
+	ASSERT_EQ(0, pthread_create(&self->dm.thread, NULL, daemon_main, &self->dm));
+	self->daemon_started = 1;
+	self->sh = mmap(NULL, sizeof(*self->sh), PROT_READ | PROT_WRITE,
+			MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, self->sh);
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
+}
+
+FIXTURE_TEARDOWN(fault)
+{
+	if (self->daemon_started)
+		unstall(&self->dm);
+	if (self->dm.flapping) {
+		self->dm.flap_stop = 1;
+		pthread_join(self->dm.flapper, NULL);
+	}
+	if (self->child > 0) {
+		self->sh->stop = 1;
+		kill(self->child, SIGKILL);
+		waitpid(self->child, NULL, 0);
+	}
+	if (self->victim)
+		ibv_destroy_qp(self->victim);
+	if (self->mr)
+		ibv_dereg_mr(self->mr);
+	if (self->cq)
+		ibv_destroy_cq(self->cq);
+	if (self->buf)
+		munmap(self->buf, FSIZE);
+	rc_pair_close(&self->other);
+	if (self->mounted)
+		umount2(MNT, MNT_DETACH);
+	if (self->daemon_started) {
+		pthread_cancel(self->dm.thread);
+		pthread_join(self->dm.thread, NULL);
+	}
+	close(self->dm.fd);
+	rmdir(MNT);
+	dev_close(&self->d);
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+/* The victim's verbs, run aside so that a hang shows as a time-out, not a stuck test. */
+struct victim_ops {
+	struct ibv_qp *qp;
+	atomic_int modified, destroyed;	/* 1 + return value */
+};
+
+static void *victim_main(void *arg)
+{
+	struct victim_ops *v = arg;
+
+	v->modified = 1 + qp_to_err(v->qp);
+	v->destroyed = 1 + ibv_destroy_qp(v->qp);
+	return NULL;
+}
+
+TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
+{
+	struct victim_ops v = { 0 };
+	struct ibv_wc wc;
+	pthread_t vt;
+	long t0;
+	int status, posted = 0;
+
+	/* The victim: root's RC QP, a buffer for WRITEs and SENDs. */
+	self->buf = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, self->buf);
+	self->mr = ibv_reg_mr(self->d.pd, self->buf, FSIZE, ALL_ACCESS);
+	self->cq = ibv_create_cq(self->d.ctx, 256, NULL, NULL, 0);
+	ASSERT_NE(NULL, self->mr);
+	ASSERT_NE(NULL, self->cq);
+	self->victim = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	ASSERT_NE(NULL, self->victim);
+	/* An unrelated pair of root's. */
+	ASSERT_EQ(0, rc_pair_open(&self->other, &self->d, NULL, 4096, &rc_default));
+
+	self->sh->gid = self->d.gid;
+	self->sh->addr = (uintptr_t)self->buf;
+	self->sh->rkey = self->mr->rkey;
+	self->child = fork();
+	ASSERT_LE(0, self->child);
+	if (!self->child)
+		_exit(attacker(self->sh, self->dm.fd));
+	t0 = now_ms();
+	while (!self->sh->qpn[1] && now_ms() - t0 < 30000)
+		usleep(1000);
+	ASSERT_NE(0, self->sh->qpn[1]) TH_LOG("the attacker did not set up (see its exit code)");
+	ASSERT_EQ(0, rc_connect(self->victim, &self->d, self->sh->qpn[1], &self->d.gid,
+				&rc_default));
+	for (; posted < 32; posted++)
+		ASSERT_EQ(0, post_recv(self->victim, self->buf, FSIZE, self->mr->lkey, posted));
+	self->sh->qpn[0] = self->victim->qp_num;
+
+	/*
+	 * Let the attack run while the page cache keeps going away (also while the responder
+	 * copies); check what the victim receives; then stall the daemon.
+	 */
+	t0 = now_ms();
+	while ((now_ms() - t0 < 3000 || self->sh->ops < 8) && now_ms() - t0 < 60000 &&
+	       self->sh->result <= 1) {
+		inval(&self->dm);
+		while (ibv_poll_cq(self->cq, 1, &wc) == 1) {
+			ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+			ASSERT_EQ(FSIZE, wc.byte_len);
+			for (size_t i = 0; i < FSIZE; i += 4093)
+				ASSERT_EQ(file_byte(i), (unsigned char)self->buf[i]);
+			ASSERT_EQ(0, post_recv(self->victim, self->buf, FSIZE, self->mr->lkey,
+					       posted++));
+		}
+		/* Now and then, at no fixed point of a transfer. */
+		usleep(20000 + (now_ms() % 7) * 3000);
+	}
+	ASSERT_EQ(1, self->sh->result) TH_LOG("attacker completion status %d",
+					      self->sh->result - 1);
+	TH_LOG("%d transfers (%d receives), %d READs before the stall", self->sh->ops,
+	       posted - 32, self->dm.reads);
+	pthread_mutex_lock(&self->dm.lock);
+	self->dm.stall = 1;
+	pthread_mutex_unlock(&self->dm.lock);
+	ASSERT_EQ(0, pthread_create(&self->dm.flapper, NULL, flapper_main, &self->dm));
+	self->dm.flapping = 1;
+	t0 = now_ms();
+	while (!pending(&self->dm) && now_ms() - t0 < 30000)
+		usleep(2000);
+	ASSERT_LT(0, pending(&self->dm)) TH_LOG("no fault reached the stalled daemon");
+	usleep(200000);
+
+	/* While a fault of the attacker's memory waits for the daemon: */
+	t0 = now_ms();
+	EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
+					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
+	EXPECT_GT(STALL_MS, now_ms() - t0) TH_LOG("an unrelated QP waited");
+	v.qp = self->victim;
+	ASSERT_EQ(0, pthread_create(&vt, NULL, victim_main, &v));
+	t0 = now_ms();
+	while ((!v.modified || !v.destroyed) && now_ms() - t0 < STALL_MS)
+		usleep(1000);
+	EXPECT_EQ(1, v.modified) TH_LOG("the victim's modify_qp to ERR hung or failed");
+	EXPECT_EQ(1, v.destroyed) TH_LOG("the victim's destroy_qp hung or failed");
+	EXPECT_LT(0, pending(&self->dm)) TH_LOG("the stall ended by itself");
+
+	/* The daemon answers: everything finishes, the attacker gets its completion. */
+	self->sh->stop = 1;
+	unstall(&self->dm);
+	pthread_join(vt, NULL);
+	self->victim = NULL;
+	ASSERT_EQ(self->child, waitpid(self->child, &status, 0));
+	self->child = 0;
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status)) TH_LOG("attacker exit code");
+	TH_LOG("attacker's last completion: status %d", self->sh->result - 1);
+	ASSERT_LT(0, self->sh->result);
+	/* The unrelated pair still works. */
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
+					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
+}
+
+#define CHAIN 32
+#define CHUNK (1 << 20)
+
+/* A chain of 1 MiB writes on one pair; small writes on another keep a bounded latency. */
+TEST(long_chain_does_not_starve)
+{
+	struct rc_pair big, small;
+	struct ibv_send_wr wr[CHAIN], *bad;
+	struct ibv_sge sge[CHAIN];
+	struct ibv_wc wc;
+	struct dev d;
+	long worst = 0;
+	int done = 0, n = 0;
+
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	ASSERT_EQ(0, dev_open(&d, "rodp0"));
+	ASSERT_EQ(0, rc_pair_open(&big, &d, NULL, 2 * CHUNK, &rc_default));
+	ASSERT_EQ(0, rc_pair_open(&small, &d, NULL, 4096, &rc_default));
+	fill(big.buf[0], CHUNK, 3);
+	for (int i = 0; i < CHAIN; i++) {
+		sge[i] = (struct ibv_sge){ (uintptr_t)big.buf[0], CHUNK, big.mr[0]->lkey };
+		wr[i] = (struct ibv_send_wr){ .wr_id = i, .sg_list = &sge[i], .num_sge = 1,
+					      .opcode = IBV_WR_RDMA_WRITE,
+					      .send_flags = IBV_SEND_SIGNALED,
+					      .next = i + 1 < CHAIN ? &wr[i + 1] : NULL };
+		wr[i].wr.rdma.remote_addr = (uintptr_t)big.buf[1];
+		wr[i].wr.rdma.rkey = big.mr[1]->rkey;
+	}
+	ASSERT_EQ(0, ibv_post_send(big.qp[0], wr, &bad));
+	while (done < CHAIN) {
+		long t0 = now_ms();
+
+		ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&small, IBV_WR_RDMA_WRITE, 0, 64,
+						  (uintptr_t)small.buf[1], small.mr[1]->rkey));
+		if (now_ms() - t0 > worst)
+			worst = now_ms() - t0;
+		n++;
+		while (ibv_poll_cq(big.cq[0], 1, &wc) == 1) {
+			ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+			done++;
+		}
+	}
+	ASSERT_EQ(0, memcmp(big.buf[0], big.buf[1], CHUNK));
+	TH_LOG("%d small writes during the chain, slowest %ld ms", n, worst);
+	EXPECT_GT(5000, worst);
+	rc_pair_close(&big);
+	rc_pair_close(&small);
+	dev_close(&d);
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+
+TEST_HARNESS_MAIN
