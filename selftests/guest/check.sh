@@ -8,6 +8,7 @@ kml=/sys/kernel/debug/kmemleak
 mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
 [ -w $kml ] && echo clear > $kml
 modprobe rodp || echo "modprobe rodp failed"
+mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null
 dmesg > "$res/kunit.dmesg"
 filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
 [ "$filter" = '*' ] && tests='rodp_*' || tests=$filter
@@ -19,6 +20,14 @@ for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 	"$t" > "$res/$name.tap" 2>&1
 	echo "$name exit $?" >> "$res/exits"
 	cat "$res/$name.tap"
+	# A test that died mid-way must not leave a stalled FUSE daemon behind (an ODP fault
+	# waiting for it would hang link deletion and rmmod): abort and unmount what is left.
+	for c in /sys/fs/fuse/connections/*/abort; do
+		[ -e "$c" ] || continue
+		echo "$name left FUSE connection ${c%/abort} behind: aborted"
+		echo 1 > "$c"
+	done
+	awk '$3 ~ /^fuse/ { print $2 }' /proc/mounts | xargs -r -n1 umount -l
 done
 # rdma-core's and perftest's programs (not filtered out by RODP_TESTS=rodp_*).
 case "$filter" in
