@@ -17,7 +17,7 @@ use crate::{
     ah::{self, AhShared},
     ib::abi::Bind as BindWr,
     mcast,
-    mr::{Fault, MrShared},
+    mr::{Fault, MrRef, MrShared},
     mw::MwShared,
     odp::OdpCounters,
     qp::{self, QpShared},
@@ -168,7 +168,8 @@ impl Tables {
 
     /// Resolves a remote access of `len` bytes at `addr` through `key` arriving on `qp`, with
     /// rights `right`: an MR's key, or a window's, checked against its binding (range, rights,
-    /// PD and, for type 2B, QP). Returns the MR and the offset in it.
+    /// PD and, for type 2B, QP). Returns the MR, held for the access (see [`MrRef`]), and the
+    /// offset in it.
     pub(crate) fn remote(
         &self,
         qp: &QpShared,
@@ -176,11 +177,11 @@ impl Tables {
         addr: u64,
         len: u64,
         right: u32,
-    ) -> Result<(Arc<MrShared>, usize), Fault> {
+    ) -> Result<(MrRef, usize), Fault> {
         if !is_window(key) {
             let mr = self.mr(key).ok_or(Fault::Key)?;
             let off = mr.check(qp.pd, addr, len, right)?;
-            return Ok((mr, off));
+            return Ok((mr.enter().ok_or(Fault::Key)?, off));
         }
         self.window(key)
             .ok_or(Fault::Key)?

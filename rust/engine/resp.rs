@@ -14,7 +14,7 @@ use crate::{
         abi::Wc,
         verbs::{access, wc_flags, wc_opcode, Event, QpState, WcStatus, WrOpcode},
     },
-    mr::MrShared,
+    mr::MrRef,
     qp::{QpShared, RecvSide},
     stats::Counter,
 };
@@ -154,7 +154,7 @@ fn remote_mr(
     m: &Message<'_>,
     len: usize,
     right: u32,
-) -> Result<(Arc<MrShared>, usize), Reply> {
+) -> Result<(MrRef, usize), Reply> {
     if dst.access.load(Acquire) & right == 0 {
         return Err(Reply::Nak(Nak::Access));
     }
