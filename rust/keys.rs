@@ -136,7 +136,7 @@ impl Tables {
 
     /// The MR for `key`, for a device access (the engine's local and remote accesses, a
     /// prefetch): a miss counts as `num_mrs_not_found`, as mlx5 counts the keys its page-fault
-    /// handler does not find.
+    /// handler does not find. An access enters it ([`MrShared::enter`]) before it moves data.
     pub(crate) fn mr(&self, key: u32) -> Option<Arc<MrShared>> {
         let mr = self.current(key);
         if mr.is_none() {

@@ -321,34 +321,38 @@ static void race(struct __test_metadata *_metadata, FIXTURE_DATA(dereg) *self,
 	EXPECT_EQ(0, memcmp(self->v, self->p, PAGE));
 }
 
-TEST_F_TIMEOUT(dereg, dereg_mr_waits_for_a_write_under_way, 600)
-{
-	race(_metadata, self, DEREG, IBV_WR_RDMA_WRITE);
-}
+FIXTURE_VARIANT(dereg) {
+	enum verb verb;
+	int op;
+};
 
-TEST_F_TIMEOUT(dereg, dereg_mr_waits_for_a_read_under_way, 600)
-{
-	race(_metadata, self, DEREG, IBV_WR_RDMA_READ);
-}
+FIXTURE_VARIANT_ADD(dereg, dereg_mr_during_a_write) {
+	.verb = DEREG, .op = IBV_WR_RDMA_WRITE,
+};
 
-TEST_F_TIMEOUT(dereg, rereg_mr_waits_for_a_write_to_the_old_translation, 600)
-{
-	race(_metadata, self, REREG, IBV_WR_RDMA_WRITE);
-}
+FIXTURE_VARIANT_ADD(dereg, dereg_mr_during_a_read) {
+	.verb = DEREG, .op = IBV_WR_RDMA_READ,
+};
 
-TEST_F_TIMEOUT(dereg, rereg_mr_waits_for_a_read_from_the_old_translation, 600)
-{
-	race(_metadata, self, REREG, IBV_WR_RDMA_READ);
-}
+FIXTURE_VARIANT_ADD(dereg, rereg_mr_during_a_write_to_the_old_translation) {
+	.verb = REREG, .op = IBV_WR_RDMA_WRITE,
+};
 
-TEST_F_TIMEOUT(dereg, dealloc_mw_waits_for_a_write_through_a_type1_window, 600)
-{
-	race(_metadata, self, DEALLOC_MW1, IBV_WR_RDMA_WRITE);
-}
+FIXTURE_VARIANT_ADD(dereg, rereg_mr_during_a_read_from_the_old_translation) {
+	.verb = REREG, .op = IBV_WR_RDMA_READ,
+};
 
-TEST_F_TIMEOUT(dereg, dealloc_mw_waits_for_a_read_through_a_type2_window, 600)
+FIXTURE_VARIANT_ADD(dereg, dealloc_mw_during_a_write_through_a_type1_window) {
+	.verb = DEALLOC_MW1, .op = IBV_WR_RDMA_WRITE,
+};
+
+FIXTURE_VARIANT_ADD(dereg, dealloc_mw_during_a_read_through_a_type2_window) {
+	.verb = DEALLOC_MW2, .op = IBV_WR_RDMA_READ,
+};
+
+TEST_F_TIMEOUT(dereg, returns_after_the_transfer_under_way, 600)
 {
-	race(_metadata, self, DEALLOC_MW2, IBV_WR_RDMA_READ);
+	race(_metadata, self, variant->verb, variant->op);
 }
 
 TEST_HARNESS_MAIN
