@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rodp dereg: ibv_dereg_mr, IB_USER_VERBS_CMD_REREG_MR (a new translation) and ibv_dealloc_mw
- * (type 1 and type 2B windows) racing a long RDMA WRITE into, or READ from, the victim's memory
- * by an unprivileged peer (uid 65534, its own process and context, its QP connected to the
- * victim's). The victim runs the verb while the transfer is visibly under way (the first bytes
- * have moved, the last have not), then at once reuses the old memory (fills it with its own
- * pattern, last page first, against the engine's ascending copy). After the verb returns no
- * access through the old key or translation may happen: the victim's pattern stays as written,
- * a READ never returns it, and the transfer completes with success (it resolved the key
- * before). The same key then fails with a remote access error, the memory untouched, and the
- * victim's QP works again after a reset.
+ * rodp dereg: ibv_dereg_mr, IB_USER_VERBS_CMD_REREG_MR (a new, one-page translation) and
+ * ibv_dealloc_mw (type 1 and type 2B windows) racing a long RDMA WRITE into, or READ from, the
+ * victim's memory by an unprivileged peer (uid 65534, its own process and context, its QP
+ * connected to the victim's). The victim runs the verb while the transfer is visibly under way
+ * (the first bytes have moved, the last have not), then at once reuses the old memory (fills it
+ * with its own pattern, last page first, against the engine's ascending copy). After the verb
+ * returns no access through the old key or translation may happen: the victim's pattern stays
+ * as written, a READ never returns it, and the transfer completes with success (it resolved
+ * the key before). The same key then fails with a remote access error, the memory untouched,
+ * and the victim's QP works again after a reset.
  */
 #include <poll.h>
 #include <sys/resource.h>
@@ -128,7 +128,7 @@ FIXTURE_SETUP(dereg)
 	/* The attacker pins LEN bytes; as nobody it keeps the limit it inherits. */
 	ASSERT_EQ(0, setrlimit(RLIMIT_MEMLOCK, &unlimited));
 	ASSERT_NE(NULL, self->v = map(LEN, 0));
-	ASSERT_NE(NULL, self->v2 = map(LEN, 0));
+	ASSERT_NE(NULL, self->v2 = map(PAGE, 0));
 	ASSERT_NE(NULL, self->a = map(LEN, 1));
 	ASSERT_NE(NULL, self->p = map(LEN, 0));
 	ASSERT_NE(NULL, self->q = map(LEN, 0));
@@ -244,8 +244,12 @@ static int run_verb(FIXTURE_DATA(dereg) *self, enum verb verb)
 			self->mr = NULL;
 		return ret;
 	case REREG:
+		/*
+		 * One page: pinning a new translation as large as the old one takes longer than
+		 * the transfer, which would end before the swap even without the wait.
+		 */
 		return rereg_cmd(self->d.ctx, self->mr, IBV_REREG_MR_CHANGE_TRANSLATION, self->v2,
-				 LEN, (uintptr_t)self->v2, NULL, 0, NULL, NULL);
+				 PAGE, (uintptr_t)self->v2, NULL, 0, NULL, NULL);
 	default:
 		ret = ibv_dealloc_mw(self->mw);
 		if (!ret)
