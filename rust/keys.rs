@@ -21,7 +21,7 @@ use crate::{
     ah::{self, AhShared},
     ib::{abi::Bind as BindWr, random},
     mcast,
-    mr::{Fault, MrShared},
+    mr::{Fault, MrRef, MrShared},
     mw::{MwShared, Via},
     odp::OdpCounters,
     qp::{self, QpShared},
@@ -126,7 +126,7 @@ impl Tables {
 
     /// The MR for `key`, for a device access (the engine's local and remote accesses, a
     /// prefetch): a miss counts as `num_mrs_not_found`, as mlx5 counts the keys its page-fault
-    /// handler does not find.
+    /// handler does not find. An access enters it ([`MrShared::enter`]) before it moves data.
     pub(crate) fn mr(&self, key: u32) -> Option<Arc<MrShared>> {
         let mr = self.current(key);
         if mr.is_none() {
@@ -159,7 +159,8 @@ impl Tables {
 
     /// Resolves a remote access of `len` bytes at `addr` through `key` arriving on `qp`, with
     /// rights `right`: an MR's key, or a window's, checked against its binding (range, rights,
-    /// PD and, for type 2B, QP). Returns the MR and the offset in it.
+    /// PD and, for type 2B, QP). Returns the MR, held for the access (see [`MrRef`]), and the
+    /// offset in it.
     pub(crate) fn remote(
         &self,
         qp: &QpShared,
@@ -167,11 +168,11 @@ impl Tables {
         addr: u64,
         len: u64,
         right: u32,
-    ) -> Result<(Arc<MrShared>, usize), Fault> {
+    ) -> Result<(MrRef, usize), Fault> {
         if !is_window(key) {
             let mr = self.mr(key).ok_or(Fault::Key)?;
             let off = mr.check(qp.pd, addr, len, right)?;
-            return Ok((mr, off));
+            return Ok((mr.enter().ok_or(Fault::Key)?, off));
         }
         self.window(key)
             .ok_or(Fault::Key)?

@@ -7,6 +7,7 @@
 
 use crate::{
     device::{Device, Pd},
+    gate::{Gate, Gated, Pass},
     ib::{
         hw_stats::{DriverAttrs, MrCounters},
         kmem,
@@ -16,8 +17,10 @@ use crate::{
     keys::{self, Tables},
     limit::Token,
     mem::{copy_pages, Pages},
+    mw::MwShared,
     odp::{CounterSets, Faults, Odp, OdpCounters, OdpUmem},
 };
+use core::ops::Deref;
 use kernel::{
     impl_has_work, new_mutex, new_work,
     prelude::*,
@@ -77,7 +80,9 @@ pub(crate) struct Anchor {
 }
 
 /// An MR as the engine sees it: one registration. Re-registering puts a new one in the table
-/// under the same key; transfers under way finish on the one they found.
+/// under the same key. Accesses hold it through an [`MrRef`]; deregistration and
+/// re-registration wait for those that found it.
+#[pin_data]
 pub(crate) struct MrShared {
     /// lkey = rkey.
     pub(crate) key: u32,
@@ -92,6 +97,43 @@ pub(crate) struct MrShared {
     /// The access the memory was set up for (whether pages were pinned or fault writable).
     mem_access: u32,
     anchor: Arc<Anchor>,
+    /// The accesses in flight (see [`MrRef`]).
+    #[pin]
+    gate: Gate,
+}
+
+impl Gated for MrShared {
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
+}
+
+/// A registration in use by one access (a scatter entry of a transfer, a remote access):
+/// deregistration and re-registration of the MR, and deallocation of the window the access
+/// went through, wait until it drops. Taken only while the registration is its key's current
+/// one, after the access's checks.
+pub(crate) struct MrRef {
+    mr: Pass<MrShared>,
+    /// The window a remote access went through.
+    _window: Option<Pass<MwShared>>,
+}
+
+impl MrRef {
+    /// The same access, made through the window `w`.
+    pub(crate) fn through(self, w: Pass<MwShared>) -> Self {
+        Self {
+            mr: self.mr,
+            _window: Some(w),
+        }
+    }
+}
+
+impl Deref for MrRef {
+    type Target = MrShared;
+
+    fn deref(&self) -> &MrShared {
+        &self.mr
+    }
 }
 
 /// The driver data of an MR.
@@ -200,8 +242,8 @@ impl Mr {
         let anchor = Arc::pin_init(pin_init!(Anchor { windows <- new_mutex!(0) }), GFP_KERNEL)?;
         let (start, iova, length) = range;
         let shared = dev.tables.insert_mr(|key| {
-            Ok(Arc::new(
-                MrShared {
+            Arc::pin_init(
+                pin_init!(MrShared {
                     key,
                     pd: pd_id,
                     access: acc,
@@ -211,9 +253,10 @@ impl Mr {
                     mem,
                     mem_access: acc,
                     anchor,
-                },
+                    gate <- Gate::new(),
+                }),
                 GFP_KERNEL,
-            )?)
+            )
         })?;
         let key = shared.key;
         Ok((
@@ -227,18 +270,23 @@ impl Mr {
         ))
     }
 
-    /// Deregisters the MR: `EBUSY` while windows are bound to it. Transfers already under way
-    /// finish on their own reference to the pages; later accesses through the key fail.
+    /// Deregisters the MR: `EBUSY` while windows are bound to it. Returns once no access
+    /// through the key can happen any more: later lookups fail, and the accesses that found
+    /// the MR before (a transfer's scatter entry, a peer's READ, WRITE or atomic) have finished.
     pub(crate) fn deregister(&self) -> Result {
         let Some(cur) = self.shared() else {
             return Ok(());
         };
-        let windows = cur.anchor.windows.lock();
-        if *windows > 0 {
-            return Err(EBUSY);
+        {
+            let windows = cur.anchor.windows.lock();
+            if *windows > 0 {
+                return Err(EBUSY);
+            }
+            self.tables.mrs.remove_if(keys::index(self.key), &cur);
+            self.gone.store(true, Relaxed);
         }
-        self.tables.mrs.remove_if(keys::index(self.key), &cur);
-        self.gone.store(true, Relaxed);
+        // Out of the table first, so every access either entered already or finds nothing.
+        cur.gate.close();
         Ok(())
     }
 
@@ -246,7 +294,9 @@ impl Mr {
     /// returns its key, which never changes. The memory is kept when neither the translation
     /// nor the paging mode changes and it is writable enough for the new rights; otherwise new
     /// memory is set up (pinned or faulted as a new registration would) before anything
-    /// changes, so a failure leaves the MR as it was. `EBUSY` while windows are bound.
+    /// changes, so a failure leaves the MR as it was. `EBUSY` while windows are bound. Returns
+    /// once the accesses that found the old registration (its translation, rights and PD) have
+    /// finished; an access racing the swap fails as a deregistered key would.
     #[expect(clippy::too_many_arguments)]
     pub(crate) fn reregister(
         &self,
@@ -299,9 +349,10 @@ impl Mr {
             (Arc::new(m, GFP_KERNEL)?, acc, (s, cur.iova, len))
         };
         let (start, iova, length) = range;
-        let new = Arc::new(
-            MrShared {
-                key: cur.key,
+        let (key, anchor) = (cur.key, cur.anchor.clone());
+        let new = Arc::pin_init(
+            pin_init!(MrShared {
+                key,
                 pd: pd.data().id,
                 access: acc,
                 iova,
@@ -309,8 +360,9 @@ impl Mr {
                 start,
                 mem,
                 mem_access,
-                anchor: cur.anchor.clone(),
-            },
+                anchor,
+                gate <- Gate::new(),
+            }),
             GFP_KERNEL,
         )?;
         let windows = cur.anchor.windows.lock();
@@ -319,6 +371,7 @@ impl Mr {
         }
         self.tables.mrs.replace(keys::index(self.key), &cur, new)?;
         drop(windows);
+        cur.gate.close();
         Ok(cur.key)
     }
 }
@@ -463,10 +516,12 @@ impl Prefetch {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // An MR ib_core never took (its allocation failed) was not deregistered.
+        // An MR ib_core never took (its allocation failed) was not deregistered; its key may
+        // have been guessed meanwhile.
         if !self.gone.load(Relaxed) {
             if let Some(cur) = self.shared() {
                 self.tables.mrs.remove_if(keys::index(self.key), &cur);
+                cur.gate.close();
             }
         }
     }
@@ -492,6 +547,14 @@ impl MrShared {
             return Err(Fault::Range);
         }
         Ok(off as usize)
+    }
+
+    /// Holds this registration for an access, unless it was deregistered or replaced.
+    pub(crate) fn enter(self: &Arc<Self>) -> Option<MrRef> {
+        Some(MrRef {
+            mr: Pass::enter(self)?,
+            _window: None,
+        })
     }
 
     /// Counts a window bound to this registration; `false` when it is no longer the key's

@@ -13,13 +13,19 @@
 //!
 //! Locks: a window's state, then an MR's window count ([`MrShared::add_window`]); nothing is
 //! taken under the count.
+//!
+//! A remote access through a window holds the window and the MR ([`MrRef`], entered under the
+//! window's state lock while it is bound); deallocation waits for those accesses. An
+//! invalidation or a rebind does not wait (it runs in the engine, which never sleeps for
+//! another QP): an access that resolved the old binding finishes on it.
 
 use crate::{
     device::{Device, Pd},
+    gate::{Gate, Gated, Pass},
     ib::{abi::Bind as BindWr, verbs::access},
     keys::{self, Tables},
     limit::Token,
-    mr::{Fault, MrShared},
+    mr::{Fault, MrRef, MrShared},
     qp::QpShared,
 };
 use kernel::{
@@ -75,6 +81,15 @@ pub(crate) struct MwShared {
     type2: bool,
     #[pin]
     state: Mutex<State>,
+    /// The remote accesses in flight through the window.
+    #[pin]
+    gate: Gate,
+}
+
+impl Gated for MwShared {
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
 }
 
 /// The driver data of a window.
@@ -100,6 +115,7 @@ impl Mw {
                         bound: None,
                         freed: false,
                     }),
+                    gate <- Gate::new(),
                 }),
                 GFP_KERNEL,
             )
@@ -120,13 +136,15 @@ impl Mw {
 impl Drop for Mw {
     fn drop(&mut self) {
         // Deallocation invalidates: later accesses and binds through the key fail, and the MR
-        // may be deregistered.
+        // may be deregistered once the accesses that resolved the window have finished
+        // (`dealloc_mw` returns after that).
         self.tables.mws.remove_if(self.index, &self.shared);
         let old = {
             let mut st = self.shared.state.lock();
             st.freed = true;
             st.bound.take()
         };
+        self.shared.gate.close();
         if let Some(b) = old {
             b.mr.remove_window();
         }
@@ -243,15 +261,16 @@ impl MwShared {
 
     /// Resolves a remote access of `len` bytes at `addr` through this window, named by `key`,
     /// arriving on `qp` with rights `right`, checked against the binding (key, range, rights, PD
-    /// and, for type 2B, QP). Returns the MR and the offset in it.
+    /// and, for type 2B, QP). Returns the MR, held for the access together with the window,
+    /// and the offset in it.
     pub(crate) fn resolve(
-        &self,
+        self: &Arc<Self>,
         qp: &QpShared,
         key: u32,
         addr: u64,
         len: u64,
         right: u32,
-    ) -> Result<(Arc<MrShared>, usize), Fault> {
+    ) -> Result<(MrRef, usize), Fault> {
         let st = self.state.lock();
         let b = st.bound.as_ref().ok_or(Fault::Key)?;
         if st.key != key || self.pd != qp.pd || b.qp.is_some_and(|s| s != qp.serial) {
@@ -269,6 +288,10 @@ impl MwShared {
             Some(end) if end <= b.length => {}
             _ => return Err(Fault::Range),
         }
-        Ok((b.mr.clone(), (b.mr_off + off) as usize))
+        // Entered while bound, under the state lock deallocation takes before it closes the
+        // gate; a bound MR cannot be deregistered.
+        let w = Pass::enter(self).ok_or(Fault::Key)?;
+        let mr = b.mr.enter().ok_or(Fault::Key)?;
+        Ok((mr.through(w), (b.mr_off + off) as usize))
     }
 }

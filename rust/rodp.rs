@@ -13,6 +13,7 @@ mod ah;
 mod cq;
 mod device;
 mod engine;
+mod gate;
 #[expect(unsafe_code, reason = "the binding layer wraps the C APIs")]
 mod ib;
 mod keys;

@@ -21,7 +21,7 @@ use crate::{
         abi::Wc,
         verbs::{access, wc_flags, wc_opcode, Event, QpState, QpType, WcStatus, WrOpcode},
     },
-    mr::MrShared,
+    mr::MrRef,
     mw::Via,
     odp::{Faults, UNMAPPED},
     qp::{QpShared, RecvSide},
@@ -200,7 +200,7 @@ fn remote_mr(
     m: &Message<'_>,
     len: usize,
     right: u32,
-) -> Result<(Arc<MrShared>, usize), Reply> {
+) -> Result<(MrRef, usize), Reply> {
     if dst.access.load(Acquire) & right == 0 {
         return Err(Reply::Nak(Nak::Access));
     }

@@ -6,11 +6,11 @@
 use super::MAX_MSG;
 use crate::{
     ib::{abi::Sge, verbs::access, wq},
-    mr::{Fault, MrShared},
+    mr::{Fault, MrRef},
     odp::Faults,
     qp::QpShared,
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::prelude::*;
 
 /// Per-QP scratch space the requester reuses for every WQE, so the data path does not
 /// allocate.
@@ -36,9 +36,10 @@ impl Scratch {
     }
 }
 
-/// A registered memory range taking part in a transfer.
+/// A registered memory range taking part in a transfer; deregistration of its MR waits until
+/// it drops (the scatter lists are cleared after every WQE and message).
 pub(crate) struct Seg {
-    pub(super) mr: Arc<MrShared>,
+    pub(super) mr: MrRef,
     pub(super) off: usize,
     pub(super) len: usize,
 }
@@ -68,6 +69,9 @@ pub(super) fn resolve(
         mr.touch(off, s.length as usize, need & access::LOCAL_WRITE != 0)
             .map_err(|_| Fault::Range)?;
         total += u64::from(s.length);
+        // Held after the fault, so deregistration never waits for one; refused if the MR was
+        // deregistered or re-registered meanwhile.
+        let mr = mr.enter().ok_or(Fault::Key)?;
         out.push(
             Seg {
                 mr,
