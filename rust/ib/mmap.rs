@@ -35,10 +35,12 @@ unsafe impl Sync for Entry {}
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // SAFETY: `buf` came from `vmalloc_user` (type invariant). The entry is dropped from
-        // `mmap_free` only, when the driver's handle is removed and no VMA holds a reference
-        // (each VMA `mmap_cb` mapped holds one until it is closed or zapped by
-        // disassociation), so no user mapping of these pages remains.
+        // SAFETY: `buf` came from `vmalloc_user` (type invariant) and the kernel no longer
+        // uses it: the entry is dropped from `mmap_free` only, when the driver's handle is
+        // removed and no VMA holds a reference (each VMA `mmap_cb` mapped holds one until it
+        // is closed or zapped by disassociation). A page table entry left over (disassociation
+        // skips the VMAs of an exiting mm) holds its own page reference (`vm_insert_page`), so
+        // that page outlives the buffer rather than being reused while mapped.
         unsafe { bindings::vfree(self.buf.as_ptr().cast()) };
     }
 }
