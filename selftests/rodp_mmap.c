@@ -68,6 +68,39 @@ static int wait_byte(int fd)
 	return read(fd, &c, 1) == 1 ? 0 : -1;
 }
 
+/* A child running fn(arg, ready, go), which signals on ready and waits on go. */
+struct child {
+	pid_t pid;
+	int ready, go;
+};
+
+static int spawn(struct child *c, int (*fn)(void *arg, int ready, int go), void *arg)
+{
+	int ready[2], go[2];
+
+	if (pipe(ready) || pipe(go))
+		return -1;
+	c->pid = fork();
+	if (c->pid < 0)
+		return -1;
+	if (!c->pid) {
+		close(ready[0]);
+		close(go[1]);
+		_exit(fn(arg, ready[1], go[0]));
+	}
+	close(ready[1]);
+	close(go[0]);
+	c->ready = ready[0];
+	c->go = go[1];
+	return 0;
+}
+
+static void child_close(struct child *c)
+{
+	close(c->ready);
+	close(c->go);
+}
+
 /* What the child reports by exit status. */
 enum {
 	HOLD_OK,
@@ -84,7 +117,7 @@ enum {
  * the device. Afterwards no ring's old contents may be visible through the mapping: neither
  * the kernel's header nor the mark.
  */
-static int hold_rings(int ready, int go)
+static int hold_rings(void *arg, int ready, int go)
 {
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
 	struct ibv_srq *srq;
@@ -128,28 +161,18 @@ static int hold_rings(int ready, int go)
 /* Runs hold_rings in a child, removes the device with cmd while it holds its rings. */
 static void remove_under_rings(struct __test_metadata *_metadata, const char *cmd)
 {
-	int ready[2], go[2], st;
 	long vm_none, vm_dev;
+	struct child c;
 	char out[512];
-	pid_t pid;
+	int st;
 
 	sh(NULL, 0, "rdma link delete rodp0");
 	vm_none = rodp_vmallocs();
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	vm_dev = rodp_vmallocs();
-	ASSERT_EQ(0, pipe(ready));
-	ASSERT_EQ(0, pipe(go));
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (!pid) {
-		close(ready[0]);
-		close(go[1]);
-		_exit(hold_rings(ready[1], go[0]));
-	}
-	close(ready[1]);
-	close(go[0]);
-	if (wait_byte(ready[0])) {
-		waitpid(pid, &st, 0);
+	ASSERT_EQ(0, spawn(&c, hold_rings, NULL));
+	if (wait_byte(c.ready)) {
+		waitpid(c.pid, &st, 0);
 		ASSERT_TRUE(WIFEXITED(st));
 		ASSERT_EQ(HOLD_OK, WEXITSTATUS(st));
 		ASSERT_TRUE(0) TH_LOG("the child did not get ready");
@@ -160,13 +183,12 @@ static void remove_under_rings(struct __test_metadata *_metadata, const char *cm
 	EXPECT_FALSE(dev_listed("rodp0"));
 	/* Released with the device although the child still has the VMAs. */
 	EXPECT_EQ(vm_none, rodp_vmallocs());
-	EXPECT_EQ(1, write(go[1], "g", 1));
-	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_EQ(1, write(c.go, "g", 1));
+	ASSERT_EQ(c.pid, waitpid(c.pid, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st)) TH_LOG("child killed by signal %d", WTERMSIG(st));
 	if (WIFEXITED(st))
 		EXPECT_EQ(HOLD_OK, WEXITSTATUS(st));
-	close(ready[0]);
-	close(go[1]);
+	child_close(&c);
 	EXPECT_EQ(vm_none, rodp_vmallocs());
 	/* The module goes (if cmd did not unload it) and comes back with the next link. */
 	if (module_refcnt("rodp") >= 0)
@@ -267,13 +289,13 @@ static double seconds(void)
 struct mcast_result {
 	int in_group, in_group_err;	/* QPs nobody attached to group 0, then the errno */
 	int groups, groups_err;		/* groups nobody's first QP then joined, then the errno */
-	int other;			/* what another user's attachments returned */
 	double destroy;			/* nobody destroying its QPs (detaching everything) */
 };
 
 /* Attaches QP after QP to group 0, then the first QP to group after group, until refused. */
-static int fill_as_nobody(struct mcast_result *r, int ready, int go)
+static int fill_as_nobody(void *arg, int ready, int go)
 {
+	struct mcast_result *r = arg;
 	struct ibv_qp *qp[QPS];
 	struct ibv_cq *cq;
 	union ibv_gid g;
@@ -342,40 +364,29 @@ TEST(mcast_per_user_limits)
 {
 	struct mcast_result *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
 				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	int ready[2], go[2], st;
-	pid_t pid, other;
+	struct child c;
+	pid_t other;
+	int st;
 
 	ASSERT_NE(MAP_FAILED, r);
-	r->other = -2;
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
-	ASSERT_EQ(0, pipe(ready));
-	ASSERT_EQ(0, pipe(go));
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (!pid) {
-		close(ready[0]);
-		close(go[1]);
-		_exit(fill_as_nobody(r, ready[1], go[0]));
-	}
-	close(ready[1]);
-	close(go[0]);
-	EXPECT_EQ(0, wait_byte(ready[0]));
+	ASSERT_EQ(0, spawn(&c, fill_as_nobody, r));
+	EXPECT_EQ(0, wait_byte(c.ready));
 	other = fork();
 	ASSERT_LE(0, other);
 	if (!other)
 		_exit(join_as_other_user() ? 1 : 0);
 	ASSERT_EQ(other, waitpid(other, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
-	EXPECT_EQ(1, write(go[1], "g", 1));
-	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_EQ(1, write(c.go, "g", 1));
+	ASSERT_EQ(c.pid, waitpid(c.pid, &st, 0));
 	ASSERT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
 	EXPECT_EQ(MAX_USER_QP_ATTACH, r->in_group);
 	EXPECT_EQ(ENOMEM, r->in_group_err);
 	EXPECT_EQ(MAX_USER_ATTACH - MAX_USER_QP_ATTACH, r->groups);
 	EXPECT_EQ(ENOMEM, r->groups_err);
 	TH_LOG("destroying %d QPs with %d attachments: %.3f s", QPS, MAX_USER_ATTACH, r->destroy);
-	close(ready[0]);
-	close(go[1]);
+	child_close(&c);
 	munmap(r, sizeof(*r));
 	sh(NULL, 0, "rdma link delete rodp0");
 }
