@@ -30,6 +30,7 @@ void *rodp_helper_vmalloc_user(unsigned long size);
 void rodp_helper_vfree(void *addr);
 void rodp_helper_cond_resched(void);
 int rodp_helper_remap_vmalloc_range(struct vm_area_struct *vma, void *addr);
+bool rodp_helper_vma_is_shared(const struct vm_area_struct *vma);
 void rodp_helper_mark_name_assigned_by_user(struct ib_device *ibdev);
 u64 rodp_helper_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 

@@ -5,7 +5,13 @@
 //! the host, the sender's own included when it is attached (as multicast loopback does).
 
 use crate::engine::Gid;
-use kernel::{new_mutex, prelude::*, sync::Mutex};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    rbtree::{RBTree, RBTreeNode, RBTreeNodeReservation},
+    sync::Mutex,
+    task::Kuid,
+};
 
 /// Multicast groups per device (as rxe).
 pub(crate) const MAX_GROUPS: u32 = 8192;
@@ -13,38 +19,84 @@ pub(crate) const MAX_GROUPS: u32 = 8192;
 pub(crate) const MAX_QP_ATTACH: u32 = 56;
 /// Attachments per device.
 pub(crate) const MAX_TOTAL_ATTACH: u32 = MAX_GROUPS * MAX_QP_ATTACH;
+/// Attachments one user (other than root) may hold on a device: so many users are needed to
+/// take all of the device's groups.
+pub(crate) const MAX_USER_ATTACH: u32 = 1024;
+/// Places in one group a user (other than root) may hold: another user can always join.
+pub(crate) const MAX_USER_QP_ATTACH: u32 = MAX_QP_ATTACH / 2;
 
 /// The QP number a UD send to a multicast group names.
 pub(crate) const MULTICAST_QPN: u32 = 0xff_ffff;
 
-struct Member {
-    mgid: [u8; 16],
-    qpn: u32,
+/// Whom an attachment is charged to: the caller's effective UID (its kernel value, the same in
+/// every user namespace). Root, and kernel consumers attaching from kernel threads, meet the
+/// device's limits only.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct User(u32);
+
+impl User {
+    /// The user the current task acts as.
+    fn current() -> Self {
+        Self(Kuid::current_euid().into_raw().val)
+    }
+
+    fn capped(self) -> bool {
+        self.0 != 0
+    }
 }
 
+/// A QP attached to a group.
+#[derive(Clone, Copy)]
+struct Member {
+    qpn: u32,
+    user: User,
+}
+
+/// One device's attachments, indexed both ways so that no operation walks them all.
 struct State {
-    members: KVec<Member>,
-    /// Distinct groups among `members`.
-    groups: u32,
+    /// The groups with their members (at most [`MAX_QP_ATTACH`], room for all allocated when
+    /// the group appears).
+    groups: RBTree<[u8; 16], KVec<Member>>,
+    /// Every attachment by QP then group, with the user it is charged to: a destroyed QP's
+    /// attachments are found without visiting the others'.
+    by_qp: RBTree<(u32, [u8; 16]), User>,
+    /// Attachments per user holding any.
+    users: RBTree<User, u32>,
+    /// Entries of `groups`.
+    num_groups: u32,
+    /// Entries of `by_qp`.
+    total: u32,
 }
 
 impl State {
-    fn in_group(&self, mgid: &[u8; 16]) -> u32 {
-        self.members.iter().filter(|x| x.mgid == *mgid).count() as u32
-    }
-
-    fn remove(&mut self, i: usize) {
-        let last = self.members.len() - 1;
-        self.members.swap(i, last);
-        if let Some(gone) = self.members.pop() {
-            if self.in_group(&gone.mgid) == 0 {
-                self.groups -= 1;
+    /// Removes QP `qpn` from group `mgid` and refunds `user` (the attachment has left `by_qp`).
+    fn unlink(&mut self, mgid: &[u8; 16], qpn: u32, user: User) {
+        if let Some(members) = self.groups.get_mut(mgid) {
+            if let Some(i) = members.iter().position(|m| m.qpn == qpn) {
+                let last = members.len() - 1;
+                members.swap(i, last);
+                members.pop();
+            }
+            if members.is_empty() {
+                self.groups.remove(mgid);
+                self.num_groups -= 1;
             }
         }
+        if let Some(n) = self.users.get_mut(&user) {
+            *n -= 1;
+            if *n == 0 {
+                self.users.remove(&user);
+            }
+        }
+        self.total -= 1;
     }
 }
 
 /// A device's multicast attachments.
+///
+/// The lock is the device's, held for a lookup and a copy of at most [`MAX_QP_ATTACH`] QP
+/// numbers on a send, and for logarithmic steps (per attachment of the QP, on its destruction)
+/// otherwise; nothing allocates under it.
 #[pin_data]
 pub(crate) struct Groups {
     #[pin]
@@ -56,59 +108,97 @@ impl Groups {
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(Self {
             state <- new_mutex!(State {
-                members: KVec::new(),
-                groups: 0,
+                groups: RBTree::new(),
+                by_qp: RBTree::new(),
+                users: RBTree::new(),
+                num_groups: 0,
+                total: 0,
             }),
         })
     }
 
-    /// Attaches QP `qpn` to group `mgid`; attaching twice is not an error.
+    /// Attaches QP `qpn` to group `mgid` for the calling user; attaching twice is not an
+    /// error. `ENOMEM` past a limit (as rxe).
     pub(crate) fn attach(&self, mgid: &[u8; 16], qpn: u32) -> Result {
+        self.attach_as(mgid, qpn, User::current())
+    }
+
+    fn attach_as(&self, mgid: &[u8; 16], qpn: u32, user: User) -> Result {
         if !Gid(*mgid).is_multicast() {
             return Err(EINVAL);
         }
+        // Everything an attachment may need, allocated before locking (and dropped after
+        // unlocking when not needed).
+        let qp_node = RBTreeNode::new((qpn, *mgid), user, GFP_KERNEL)?;
+        let user_node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let group_node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let mut members = KVec::with_capacity(MAX_QP_ATTACH as usize, GFP_KERNEL)?;
         let mut s = self.state.lock();
-        if s.members.iter().any(|x| x.mgid == *mgid && x.qpn == qpn) {
+        if s.by_qp.get(&(qpn, *mgid)).is_some() {
             return Ok(());
         }
-        let in_group = s.in_group(mgid);
+        let group = s.groups.get(mgid);
+        let in_group = group.map_or(0, |g| g.len() as u32);
+        let mine_in_group = group.map_or(0, |g| g.iter().filter(|m| m.user == user).count());
+        let mine = s.users.get(&user).copied().unwrap_or(0);
         if in_group >= MAX_QP_ATTACH
-            || s.members.len() as u32 >= MAX_TOTAL_ATTACH
-            || (in_group == 0 && s.groups >= MAX_GROUPS)
+            || s.total >= MAX_TOTAL_ATTACH
+            || (in_group == 0 && s.num_groups >= MAX_GROUPS)
+            || (user.capped()
+                && (mine >= MAX_USER_ATTACH || mine_in_group as u32 >= MAX_USER_QP_ATTACH))
         {
             return Err(ENOMEM);
         }
-        s.members.push(Member { mgid: *mgid, qpn }, GFP_KERNEL)?;
-        if in_group == 0 {
-            s.groups += 1;
+        let member = Member { qpn, user };
+        match s.groups.get_mut(mgid) {
+            // Room for `MAX_QP_ATTACH` was allocated with the group: this does not allocate.
+            Some(g) => g.push_within_capacity(member).map_err(|_| ENOMEM)?,
+            None => {
+                members.push_within_capacity(member).map_err(|_| ENOMEM)?;
+                s.groups.insert(group_node.into_node(*mgid, members));
+                s.num_groups += 1;
+            }
         }
+        match s.users.get_mut(&user) {
+            Some(n) => *n += 1,
+            None => {
+                s.users.insert(user_node.into_node(user, 1));
+            }
+        }
+        s.by_qp.insert(qp_node);
+        s.total += 1;
         Ok(())
     }
 
     /// Detaches QP `qpn` from group `mgid`; `EINVAL` if it is not attached.
     pub(crate) fn detach(&self, mgid: &[u8; 16], qpn: u32) -> Result {
         let mut s = self.state.lock();
-        let i = s
-            .members
-            .iter()
-            .position(|x| x.mgid == *mgid && x.qpn == qpn)
-            .ok_or(EINVAL)?;
-        s.remove(i);
+        let user = s.by_qp.remove(&(qpn, *mgid)).ok_or(EINVAL)?;
+        s.unlink(mgid, qpn, user);
         Ok(())
     }
 
     /// Detaches QP `qpn` from every group (the QP is being destroyed).
     pub(crate) fn detach_qp(&self, qpn: u32) {
         let mut s = self.state.lock();
-        while let Some(i) = s.members.iter().position(|x| x.qpn == qpn) {
-            s.remove(i);
+        while let Some(cursor) = s.by_qp.cursor_lower_bound_mut(&(qpn, [0; 16])) {
+            let (&(n, mgid), &user) = cursor.current();
+            if n != qpn {
+                break;
+            }
+            cursor.remove_current();
+            s.unlink(&mgid, qpn, user);
         }
     }
 
     /// Appends the QPs attached to `mgid` to `out`.
     pub(crate) fn attached(&self, mgid: &[u8; 16], out: &mut KVec<u32>) -> Result {
-        for x in self.state.lock().members.iter().filter(|x| x.mgid == *mgid) {
-            out.push(x.qpn, GFP_KERNEL)?;
+        // At most `MAX_QP_ATTACH`: reserved before locking, so the copy does not allocate.
+        out.reserve(MAX_QP_ATTACH as usize, GFP_KERNEL)?;
+        if let Some(g) = self.state.lock().groups.get(mgid) {
+            for m in g.iter() {
+                out.push_within_capacity(m.qpn).map_err(|_| ENOMEM)?;
+            }
         }
         Ok(())
     }
@@ -147,6 +237,49 @@ mod tests {
             g.attach(&G1, 100 + q)?;
         }
         assert_eq!(g.attach(&G1, 1), Err(ENOMEM));
+        Ok(())
+    }
+
+    #[test]
+    fn per_user_limits() -> Result {
+        let g = KBox::pin_init(Groups::new(), GFP_KERNEL)?;
+        let (a, b, root) = (User(1000), User(1001), User(0));
+        // One group: a user takes half of it, another user still joins, root fills it.
+        for q in 0..MAX_USER_QP_ATTACH {
+            g.attach_as(&G1, 100 + q, a)?;
+        }
+        assert_eq!(g.attach_as(&G1, 1, a), Err(ENOMEM));
+        g.attach_as(&G1, 1, b)?;
+        for q in 1 + MAX_USER_QP_ATTACH..MAX_QP_ATTACH {
+            g.attach_as(&G1, 200 + q, root)?;
+        }
+        assert_eq!(g.attach_as(&G1, 2, root), Err(ENOMEM));
+        // Many groups: a user's total is capped, another user's is not touched.
+        let mut mgid = G2;
+        for i in 0..MAX_USER_ATTACH - MAX_USER_QP_ATTACH {
+            mgid[13..15].copy_from_slice(&(i as u16).to_be_bytes());
+            g.attach_as(&mgid, 7, a)?;
+        }
+        mgid[13..15].copy_from_slice(&[0xff, 0xff]);
+        assert_eq!(g.attach_as(&mgid, 7, a), Err(ENOMEM));
+        g.attach_as(&mgid, 8, b)?;
+        // Destroying the QP detaches it everywhere and refunds its user.
+        g.detach_qp(7);
+        assert_eq!(
+            g.state.lock().users.get(&a).copied(),
+            Some(MAX_USER_QP_ATTACH)
+        );
+        g.attach_as(&mgid, 7, a)?;
+        for q in 0..MAX_USER_QP_ATTACH {
+            g.detach(&G1, 100 + q)?;
+        }
+        g.detach_qp(7);
+        assert!(g.state.lock().users.get(&a).is_none());
+        let s = g.state.lock();
+        assert_eq!(
+            (s.num_groups, s.total),
+            (2, MAX_QP_ATTACH - MAX_USER_QP_ATTACH + 1)
+        );
         Ok(())
     }
 }

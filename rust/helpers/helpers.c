@@ -19,6 +19,15 @@
 #include <linux/sched/mm.h>
 #include <net/netlink.h>
 #include <rodp_helpers.h>
+#include <rodp_umap.h>
+
+#if __has_include(<core_priv.h>)
+#include <core_priv.h>
+static_assert(sizeof(struct rodp_umap_priv) == sizeof(struct rdma_umap_priv));
+static_assert(offsetof(struct rodp_umap_priv, vma) == offsetof(struct rdma_umap_priv, vma));
+static_assert(offsetof(struct rodp_umap_priv, list) == offsetof(struct rdma_umap_priv, list));
+static_assert(offsetof(struct rodp_umap_priv, entry) == offsetof(struct rdma_umap_priv, entry));
+#endif
 
 struct ib_device *rodp_helper_ib_alloc_device(size_t size)
 {
@@ -121,6 +130,11 @@ void rodp_helper_vfree(void *addr)
 int rodp_helper_remap_vmalloc_range(struct vm_area_struct *vma, void *addr)
 {
 	return remap_vmalloc_range(vma, addr, 0);
+}
+
+bool rodp_helper_vma_is_shared(const struct vm_area_struct *vma)
+{
+	return vma->vm_flags & VM_SHARED;
 }
 
 void rodp_helper_mark_name_assigned_by_user(struct ib_device *ibdev)

@@ -4,8 +4,12 @@
 //!
 //! A driver inserts an [`Entry`] for a zeroed vmalloc buffer and returns the offset to user
 //! space in a create response (`struct mminfo`); user space maps that offset on the device
-//! file. ib_core looks the offset up, and calls `mmap_free` when the last mapping and the
-//! driver's handle are gone. The shared rings are built on this.
+//! file. The `mmap` op looks the offset up, maps the buffer's pages and registers the VMA with
+//! ib_core (`rdma_umap_priv_init`, as `rdma_user_mmap_io` does for I/O memory): each VMA holds a
+//! reference on its entry, and disassociation (`rdma link delete`, module unload with the
+//! device file still open) zaps every registered VMA, after which the core's fault handler
+//! backs it with a zero page. ib_core calls `mmap_free` once the driver's handle is removed and
+//! no VMA holds the entry any more. The shared rings are built on this.
 
 use super::{device::Driver, object::UContext};
 use crate::ib::bindings;
@@ -31,8 +35,12 @@ unsafe impl Sync for Entry {}
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // SAFETY: `buf` came from `vmalloc_user` (type invariant) and is unmapped by now:
-        // ib_core frees the entry only after the last VMA is gone.
+        // SAFETY: `buf` came from `vmalloc_user` (type invariant) and the kernel no longer
+        // uses it: the entry is dropped from `mmap_free` only, when the driver's handle is
+        // removed and no VMA holds a reference (each VMA `mmap_cb` mapped holds one until it
+        // is closed or zapped by disassociation). A page table entry left over (disassociation
+        // skips the VMAs of an exiting mm) holds its own page reference (`vm_insert_page`), so
+        // that page outlives the buffer rather than being reused while mapped.
         unsafe { bindings::vfree(self.buf.as_ptr().cast()) };
     }
 }
@@ -45,8 +53,9 @@ enum Backing {
     Kernel(NonNull<u8>),
 }
 
-/// The driver's handle on a buffer: an inserted entry, whose removal on drop leaves existing
-/// mappings valid until unmapped, or a kernel-only buffer, freed on drop.
+/// The driver's handle on a buffer: an inserted entry, removed on drop (new mappings fail,
+/// existing ones keep the buffer until they are unmapped or zapped), or a kernel-only buffer,
+/// freed on drop.
 pub(crate) struct Handle {
     backing: Backing,
     size: usize,
@@ -212,16 +221,26 @@ fn alloc(size: usize) -> Result<(NonNull<u8>, usize)> {
     Ok((buf, size))
 }
 
-/// The `mmap` op: maps the entry registered at the VMA's offset.
+/// The `mmap` op: maps the entry registered at the VMA's offset and registers the VMA with
+/// ib_core, so that disassociation zaps it and the entry outlives it.
 ///
 /// # Safety
 ///
-/// ib_core passes a live context and the VMA being set up.
+/// ib_core (`ib_uverbs_mmap`) passes a live context and the VMA being set up, with the mmap
+/// lock and the device's disassociation SRCU held and `vm_ops` set to its own.
 pub(crate) unsafe extern "C" fn mmap_cb(
     uctx: *mut bindings::ib_ucontext,
     vma: *mut bindings::vm_area_struct,
 ) -> c_int {
     from_result(|| {
+        // As `rdma_user_mmap_io`: the zero page that replaces the ring after disassociation
+        // assumes a shared mapping, and a private one would only map copies anyway.
+        // SAFETY: `vma` is live (the function's safety requirements).
+        if !unsafe { bindings::vma_is_shared(vma) } {
+            return Err(EINVAL);
+        }
+        // Allocated before anything is mapped; ib_uverbs' `vm_ops` `kfree` it.
+        let umap = KBox::new(bindings::rodp_umap_priv::default(), GFP_KERNEL)?;
         // SAFETY: Per the function's safety requirements; a non-null result is referenced.
         let raw = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
         if raw.is_null() {
@@ -229,8 +248,18 @@ pub(crate) unsafe extern "C" fn mmap_cb(
         }
         let entry = raw.cast::<Entry>();
         // SAFETY: All entries of rodp's contexts are `Entry`s (entry first, `repr(C)`). The
-        // core checked that the VMA length equals the entry's size.
+        // core checked that the VMA length equals the entry's size. The pages are inserted
+        // with `vm_insert_page`, which makes the VMA `VM_MIXEDMAP`: the kind
+        // `zap_special_vma_range` zaps.
         let ret = unsafe { bindings::remap_vmalloc_range(vma, (*entry).buf.as_ptr().cast()) };
+        if ret == 0 {
+            // SAFETY: The VMA is the device file's and being set up under the locks
+            // `rdma_user_mmap_io` expects (the function's safety requirements); `raw` is live
+            // (referenced above). The core takes its own reference on the entry for the VMA,
+            // links the record into the file's list and frees it with `kfree` when the VMA
+            // closes, so the box is handed over (it came from `kmalloc`).
+            unsafe { bindings::rdma_umap_priv_init(KBox::into_raw(umap), vma, raw) };
+        }
         // SAFETY: Drops the reference taken by `rdma_user_mmap_entry_get`.
         unsafe { bindings::rdma_user_mmap_entry_put(raw) };
         kernel::error::to_result(ret).map(|()| 0)
