@@ -11,8 +11,15 @@ use core::ops::Deref;
 use kernel::{
     new_condvar, new_spinlock,
     prelude::*,
-    sync::{Arc, CondVar, SpinLock},
+    sync::{Arc, CondVar, CondVarTimeoutResult, SpinLock},
+    time::{delay::fsleep, msecs_to_jiffies, Delta},
 };
+
+/// Longest a closing verb waits for the accesses inside (see [`Gate::close`]).
+pub(crate) const CLOSE_WAIT_MS: u32 = 10_000;
+
+/// One sleep of that wait.
+const SLICE_MS: u32 = 100;
 
 /// Who is inside a gate.
 struct Inside {
@@ -65,15 +72,39 @@ impl Gate {
         }
     }
 
-    /// Closes the gate and waits until every access that entered has left. Sleeps: the caller
-    /// holds no lock an access in flight may need (accesses hold only their QPs' locks and ODP
-    /// umem mutexes, and leave when their message is done).
-    pub(crate) fn close(&self) {
+    /// Closes the gate and waits until every access that entered has left, for at most
+    /// [`CLOSE_WAIT_MS`]; returns whether they all left. Sleeps: the caller holds no lock an
+    /// access in flight may need (accesses hold only their QPs' locks and ODP umem mutexes, and
+    /// leave when their message is done).
+    ///
+    /// The bound is for an access that cannot finish: one stuck in a fault of another user's
+    /// ODP memory (a stalled FUSE file of the peer's) would otherwise make the verb, and the
+    /// exit of the process calling it, wait for as long as that user likes. Giving up is
+    /// memory-safe (an access keeps the registration's memory alive by its reference); what
+    /// the caller loses is the promise that nothing moves through the old key after it returns.
+    pub(crate) fn close(&self) -> bool {
         let mut inside = self.inside.lock();
         inside.closed = true;
-        while inside.count > 0 {
-            self.empty.wait(&mut inside);
+        let mut left = CLOSE_WAIT_MS;
+        while inside.count > 0 && left > 0 {
+            let slice = left.min(SLICE_MS);
+            left -= slice;
+            match self
+                .empty
+                .wait_interruptible_timeout(&mut inside, msecs_to_jiffies(slice))
+            {
+                // A pending signal ends an interruptible sleep at once: sleep the slice out
+                // without the lock (the verb cannot fail, and a signal must not shorten the
+                // wait).
+                CondVarTimeoutResult::Signal { .. } => {
+                    drop(inside);
+                    fsleep(Delta::from_millis(slice.into()));
+                    inside = self.inside.lock();
+                }
+                CondVarTimeoutResult::Timeout | CondVarTimeoutResult::Woken { .. } => {}
+            }
         }
+        inside.count == 0
     }
 }
 
@@ -131,7 +162,7 @@ mod tests {
         assert!(Pass::enter(&o).is_some());
         drop(a);
         assert_eq!(o.gate.inside.lock().count, 0);
-        o.gate.close();
+        assert!(o.gate.close());
         assert!(Pass::enter(&o).is_none());
         Ok(())
     }
