@@ -244,15 +244,15 @@ static int write_str(const char *path, const char *str)
 	return ret;
 }
 
-/* Fails every request of the FUSE connection minor (every connection if minor < 0). */
-static void fuse_abort(int minor)
+/* Fails every request of FUSE connection conn (every connection if conn < 0). */
+static void fuse_abort(int conn)
 {
 	char path[320];
 	struct dirent *e;
 	DIR *dir;
 
-	if (minor >= 0) {
-		snprintf(path, sizeof(path), FUSECTL "/%d/abort", minor);
+	if (conn >= 0) {
+		snprintf(path, sizeof(path), FUSECTL "/%d/abort", conn);
 		if (!write_str(path, "1"))
 			return;
 	}
@@ -293,15 +293,22 @@ static int alive(pid_t pid)
 /*
  * The watchdog: aborts the FUSE connection if the test process dies or is not finished within
  * WATCHDOG_MS. Its own process group, so that the harness's time-out kill leaves it running.
+ * A dead test ran no teardown (the harness skips it after a failed setup too): it unmounts.
  */
-static void watchdog(struct shared *sh, pid_t test, int minor)
+static void watchdog(struct shared *sh, pid_t test, int conn)
 {
 	long t0 = now_ms();
 
 	setpgid(0, 0);
 	while (!sh->finished) {
-		if (now_ms() - t0 > WATCHDOG_MS || !alive(test)) {
-			fuse_abort(minor);
+		if (!alive(test)) {
+			fuse_abort(conn);
+			umount2(MNT, MNT_DETACH);
+			rmdir(MNT);
+			_exit(1);
+		}
+		if (now_ms() - t0 > WATCHDOG_MS) {
+			fuse_abort(conn);
 			_exit(1);
 		}
 		usleep(100000);
