@@ -4,24 +4,36 @@
  *
  * stalled_fuse_source: an unprivileged attacker registers an ODP MR over a MAP_SHARED mapping
  * of a file on a FUSE file system whose daemon (a thread of this root test, speaking the raw
- * /dev/fuse protocol) can stop answering READ, and keeps sending RDMA WRITEs and SENDs from it
- * to its connected peer, a victim QP owned by root. The daemon drops the file's page cache
- * now and then (FUSE_NOTIFY_INVAL_INODE, which invalidates the ODP pages), also while a copy
- * is under way, then stops answering READ. The next fault of the attacker's memory blocks; it
- * must block the attacker's own worker only: the victim's modify_qp to ERR and destroy_qp, and
- * a transfer on an unrelated QP pair, finish within seconds while the daemon stalls. Then the
- * daemon answers again and the attacker gets a completion (its peer is gone: an error).
+ * /dev/fuse protocol, no readahead) can stop answering READ, and keeps sending RDMA WRITEs and
+ * SENDs to its connected peer, a victim QP owned by root. First it sends only the first half
+ * of the file, while the test's main thread (never the daemon thread) drops the file's page
+ * cache now and then (FUSE_NOTIFY_INVAL_INODE, which invalidates the ODP pages), also while a
+ * copy is under way; the daemon answers every READ at once in this phase, so an invalidation
+ * waiting for a page under READ ends. Then the invalidations stop for good, the daemon stops
+ * answering READ and the attacker is told (shared memory) to send the second half, never read
+ * before: its fault sends a READ the daemon holds. While it waits (the daemon holds >= 1 READ)
+ * it must block the attacker's own worker only: the victim's modify_qp to ERR and destroy_qp,
+ * and a transfer on an unrelated QP pair, finish within seconds. Then the daemon answers again
+ * and the attacker gets a completion (its peer is gone: an error) and exits 0.
  * The daemon and the mount run as root; the attacker (uid 65534) opens and maps the file
  * itself (allow_other) and registers the ODP MR.
+ *
+ * Nothing here may hang the guest: a READ held for a dead daemon would keep the attacker's
+ * fault (a kernel worker) waiting for ever, and with it rdma link delete and rmmod. So the
+ * teardown first aborts the FUSE connection (fusectl's abort file, which fails every held
+ * request), and a watchdog process (its own process group, without the /dev/fuse descriptor)
+ * aborts it if the test process dies or has not finished within WATCHDOG_MS.
  *
  * long_chain_does_not_starve: a QP with a chain of 1 MiB writes does not delay the small
  * writes of another QP (a requester run ends after 1 MiB and is queued again).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mount.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <linux/fuse.h>
@@ -31,7 +43,10 @@
 #define MNT "/tmp/rodp_fault_fuse"
 #define FSIZE (256 << 10)
 #define FILE_INO 2
+#define HALF (FSIZE / 2)
 #define STALL_MS 5000
+#define WATCHDOG_MS 240000	/* less than the test's harness time-out */
+#define FUSECTL "/sys/fs/fuse/connections"
 
 /* The byte at offset off of the FUSE file. */
 static unsigned char file_byte(uint64_t off)
@@ -42,6 +57,8 @@ static unsigned char file_byte(uint64_t off)
 /* What the root parent and the attacker share (MAP_SHARED anonymous memory). */
 struct shared {
 	atomic_int stop;	/* parent: attacker, stop posting */
+	atomic_int second;	/* parent: attacker, send the file's second half from now on */
+	atomic_int finished;	/* parent: watchdog, the test is over; exit */
 	atomic_int result;	/* attacker: 1 + status of its last completion, or -errno */
 	atomic_int ops;		/* attacker: completions seen */
 	uint32_t qpn[2];	/* victim, attacker */
@@ -61,9 +78,6 @@ struct daemon {
 	uint64_t off[64];
 	uint32_t size[64];
 	atomic_int reads;		/* READs answered */
-	atomic_int flap_stop;
-	pthread_t flapper;
-	int flapping;
 };
 
 static int reply(int fd, uint64_t unique, int error, const void *arg, size_t len)
@@ -115,10 +129,10 @@ static void *daemon_main(void *arg)
 			break;	/* ENODEV: unmounted or aborted */
 		switch (h->opcode) {
 		case FUSE_INIT: {
-			struct fuse_init_in *i = in;
+			/* No readahead: a fault reads its own page only. */
 			struct fuse_init_out o = {
 				.major = FUSE_KERNEL_VERSION, .minor = FUSE_KERNEL_MINOR_VERSION,
-				.max_readahead = i->max_readahead, .max_write = 4096,
+				.max_readahead = 0, .max_write = 4096,
 				.time_gran = 1,
 			};
 
@@ -186,7 +200,10 @@ static void *daemon_main(void *arg)
 	return NULL;
 }
 
-/* Drops the file's page cache: its pages leave every mapping (and ODP MR) of it. */
+/*
+ * Drops the file's page cache: its pages leave every mapping (and ODP MR) of it. It waits for
+ * a page under READ: only while the daemon answers every READ, never from the daemon thread.
+ */
 static void inval(struct daemon *dm)
 {
 	struct fuse_notify_inval_inode_out o = { .ino = FILE_INO, .off = 0, .len = 0 };
@@ -204,22 +221,6 @@ static int pending(struct daemon *dm)
 	return n;
 }
 
-/*
- * While stalled, drops the page cache until a READ is held. An invalidation waits for a page
- * under READ, so it runs here, not in the thread that answers the held READs; it can still
- * lose the race to a READ held just after the check, and then waits for unstall().
- */
-static void *flapper_main(void *arg)
-{
-	struct daemon *dm = arg;
-
-	while (!dm->flap_stop && !pending(dm)) {
-		inval(dm);
-		usleep(2000);
-	}
-	return NULL;
-}
-
 /* Answers the READs held and stops holding new ones. */
 static void unstall(struct daemon *dm)
 {
@@ -231,10 +232,95 @@ static void unstall(struct daemon *dm)
 	pthread_mutex_unlock(&dm->lock);
 }
 
+static int write_str(const char *path, const char *str)
+{
+	int fd = open(path, O_WRONLY);
+	int ret;
+
+	if (fd < 0)
+		return -1;
+	ret = write(fd, str, strlen(str)) == (ssize_t)strlen(str) ? 0 : -1;
+	close(fd);
+	return ret;
+}
+
+/* Fails every request of FUSE connection conn (every connection if conn < 0). */
+static void fuse_abort(int conn)
+{
+	char path[320];
+	struct dirent *e;
+	DIR *dir;
+
+	if (conn >= 0) {
+		snprintf(path, sizeof(path), FUSECTL "/%d/abort", conn);
+		if (!write_str(path, "1"))
+			return;
+	}
+	dir = opendir(FUSECTL);
+	if (!dir)
+		return;
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), FUSECTL "/%s/abort", e->d_name);
+		write_str(path, "1");
+	}
+	closedir(dir);
+}
+
+/* Whether pid lives and is not a zombie (a dead leader whose other threads still exit). */
+static int alive(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	if (kill(pid, 0))
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+/*
+ * The watchdog: aborts the FUSE connection if the test process dies or is not finished within
+ * WATCHDOG_MS. Its own process group, so that the harness's time-out kill leaves it running.
+ * A dead test ran no teardown (the harness skips it after a failed setup too): it unmounts.
+ */
+static void watchdog(struct shared *sh, pid_t test, int conn)
+{
+	long t0 = now_ms();
+
+	setpgid(0, 0);
+	while (!sh->finished) {
+		if (!alive(test)) {
+			fuse_abort(conn);
+			umount2(MNT, MNT_DETACH);
+			rmdir(MNT);
+			_exit(1);
+		}
+		if (now_ms() - t0 > WATCHDOG_MS) {
+			fuse_abort(conn);
+			_exit(1);
+		}
+		usleep(100000);
+	}
+	_exit(0);
+}
+
 /*
  * The attacker (uid 65534): its QP connected to the victim, an ODP MR over the FUSE file
- * mapped MAP_SHARED; alternates WRITEs and SENDs of the whole file to the victim until told to
- * stop or a completion fails. Exits with 0 once it saw a completion after being told to stop.
+ * mapped MAP_SHARED; alternates WRITEs and SENDs of half of the file (the first half until
+ * told to send the second) to the victim until told to stop or a completion fails. Exits with
+ * 0 once it saw a completion after being told to stop.
  */
 static int attacker(struct shared *sh, int fuse_fd)
 {
@@ -253,7 +339,7 @@ static int attacker(struct shared *sh, int fuse_fd)
 	if (fd < 0)
 		return 11;
 	map = mmap(NULL, FSIZE, PROT_READ, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED)
+	if (map == MAP_FAILED || madvise(map, FSIZE, MADV_RANDOM))
 		return 12;
 	if (dev_open(&d, "rodp0"))
 		return 13;
@@ -269,8 +355,9 @@ static int attacker(struct shared *sh, int fuse_fd)
 		return 15;
 	for (int i = 0;; i++) {
 		int stop = sh->stop;
+		char *src = (char *)map + (sh->second ? HALF : 0);
 
-		if (post_send(qp, i % 2 ? IBV_WR_SEND : IBV_WR_RDMA_WRITE, map, FSIZE, mr->lkey,
+		if (post_send(qp, i % 2 ? IBV_WR_SEND : IBV_WR_RDMA_WRITE, src, HALF, mr->lkey,
 			      sh->addr, sh->rkey, 0, i))
 			return 16;
 		/* Long enough for a stalled fault to be answered (the parent's limit is less). */
@@ -293,9 +380,9 @@ static int attacker(struct shared *sh, int fuse_fd)
 FIXTURE(fault) {
 	struct dev d;
 	struct daemon dm;
-	int mounted, daemon_started;
+	int mounted, daemon_started, fusectl_mounted, conn;
 	struct shared *sh;
-	pid_t child;
+	pid_t child, watchdog;
 	struct ibv_cq *cq;
 	struct ibv_qp *victim;
 	char *buf;
@@ -305,13 +392,19 @@ FIXTURE(fault) {
 
 FIXTURE_SETUP(fault)
 {
-	char opts[128];
+	char opts[128], path[128];
+	struct stat st;
+	pid_t test;
 
 	/*
 	 * The FUSE device first: a lower descriptor, closed first if the test dies, which ends
 	 * every held READ before the verbs objects are torn down.
 	 */
+	self->conn = -1;
 	pthread_mutex_init(&self->dm.lock, NULL);
+	self->sh = mmap(NULL, sizeof(*self->sh), PROT_READ | PROT_WRITE,
+			MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, self->sh);
 	mkdir(MNT, 0755);
 	self->dm.fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
 	ASSERT_LE(0, self->dm.fd) TH_LOG("/dev/fuse: %s (CONFIG_FUSE_FS?)", strerror(errno));
@@ -322,21 +415,34 @@ FIXTURE_SETUP(fault)
 	self->mounted = 1;
 	ASSERT_EQ(0, pthread_create(&self->dm.thread, NULL, daemon_main, &self->dm));
 	self->daemon_started = 1;
-	self->sh = mmap(NULL, sizeof(*self->sh), PROT_READ | PROT_WRITE,
-			MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(MAP_FAILED, self->sh);
+	/* The connection's abort file: fusectl's directory named by the mount's device minor. */
+	ASSERT_EQ(0, stat(MNT, &st)) TH_LOG("stat: %s", strerror(errno));
+	self->conn = minor(st.st_dev);
+	snprintf(path, sizeof(path), FUSECTL "/%d/abort", self->conn);
+	if (access(path, W_OK)) {
+		ASSERT_EQ(0, mount("none", FUSECTL, "fusectl", 0, NULL))
+			TH_LOG("fusectl: %s", strerror(errno));
+		self->fusectl_mounted = 1;
+	}
+	ASSERT_EQ(0, access(path, W_OK)) TH_LOG("%s: %s", path, strerror(errno));
+	test = getpid();
+	self->watchdog = fork();
+	ASSERT_LE(0, self->watchdog);
+	if (!self->watchdog) {
+		close(self->dm.fd);
+		watchdog(self->sh, test, self->conn);
+	}
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
 }
 
 FIXTURE_TEARDOWN(fault)
 {
+	/* First of all: no request of this mount waits any more, nothing below can hang. */
+	if (self->mounted)
+		fuse_abort(self->conn);
 	if (self->daemon_started)
 		unstall(&self->dm);
-	if (self->dm.flapping) {
-		self->dm.flap_stop = 1;
-		pthread_join(self->dm.flapper, NULL);
-	}
 	if (self->child > 0) {
 		self->sh->stop = 1;
 		kill(self->child, SIGKILL);
@@ -359,6 +465,12 @@ FIXTURE_TEARDOWN(fault)
 	}
 	close(self->dm.fd);
 	rmdir(MNT);
+	if (self->watchdog > 0) {
+		self->sh->finished = 1;
+		waitpid(self->watchdog, NULL, 0);
+	}
+	if (self->fusectl_mounted)
+		umount2(FUSECTL, MNT_DETACH);
 	dev_close(&self->d);
 	sh(NULL, 0, "rdma link delete rodp0");
 }
@@ -416,8 +528,9 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 	self->sh->qpn[0] = self->victim->qp_num;
 
 	/*
-	 * Let the attack run while the page cache keeps going away (also while the responder
-	 * copies); check what the victim receives; then stall the daemon.
+	 * Let the attack run from the first half while its page cache keeps going away (also
+	 * while the responder copies), the daemon answering every READ; check what the victim
+	 * receives. The last invalidation has returned before the daemon stalls.
 	 */
 	t0 = now_ms();
 	while ((now_ms() - t0 < 3000 || self->sh->ops < 8) && now_ms() - t0 < 60000 &&
@@ -425,8 +538,8 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 		inval(&self->dm);
 		while (ibv_poll_cq(self->cq, 1, &wc) == 1) {
 			ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
-			ASSERT_EQ(FSIZE, wc.byte_len);
-			for (size_t i = 0; i < FSIZE; i += 4093)
+			ASSERT_EQ(HALF, wc.byte_len);
+			for (size_t i = 0; i < HALF; i += 4093)
 				ASSERT_EQ(file_byte(i), (unsigned char)self->buf[i]);
 			ASSERT_EQ(0, post_recv(self->victim, self->buf, FSIZE, self->mr->lkey,
 					       posted++));
@@ -438,11 +551,11 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 					      self->sh->result - 1);
 	TH_LOG("%d transfers (%d receives), %d READs before the stall", self->sh->ops,
 	       posted - 32, self->dm.reads);
+	/* Stall, then send the second half: pages never read, their fault needs the daemon. */
 	pthread_mutex_lock(&self->dm.lock);
 	self->dm.stall = 1;
 	pthread_mutex_unlock(&self->dm.lock);
-	ASSERT_EQ(0, pthread_create(&self->dm.flapper, NULL, flapper_main, &self->dm));
-	self->dm.flapping = 1;
+	self->sh->second = 1;
 	t0 = now_ms();
 	while (!pending(&self->dm) && now_ms() - t0 < 30000)
 		usleep(2000);
