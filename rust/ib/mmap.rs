@@ -35,12 +35,12 @@ unsafe impl Sync for Entry {}
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // SAFETY: `buf` came from `vmalloc_user` (type invariant) and the kernel no longer
-        // uses it: the entry is dropped from `mmap_free` only, when the driver's handle is
-        // removed and no VMA holds a reference (each VMA `mmap_cb` mapped holds one until it
-        // is closed or zapped by disassociation). A page table entry left over (disassociation
-        // skips the VMAs of an exiting mm) holds its own page reference (`vm_insert_page`), so
-        // that page outlives the buffer rather than being reused while mapped.
+        // The entry is dropped from `mmap_free` only, when the driver's handle is removed and
+        // no VMA holds a reference (each VMA `mmap_cb` mapped holds one until it is closed or
+        // zapped by disassociation). A page table entry left over (disassociation skips the
+        // VMAs of an exiting mm) holds its own page reference (`vm_insert_page`), so that page
+        // outlives the buffer rather than being reused while mapped.
+        // SAFETY: `buf` came from `vmalloc_user` (type invariant); nothing uses it any more.
         unsafe { bindings::vfree(self.buf.as_ptr().cast()) };
     }
 }
@@ -247,17 +247,17 @@ pub(crate) unsafe extern "C" fn mmap_cb(
             return Err(EINVAL);
         }
         let entry = raw.cast::<Entry>();
-        // SAFETY: All entries of rodp's contexts are `Entry`s (entry first, `repr(C)`). The
-        // core checked that the VMA length equals the entry's size. The pages are inserted
-        // with `vm_insert_page`, which makes the VMA `VM_MIXEDMAP`: the kind
-        // `zap_special_vma_range` zaps.
+        // The pages are inserted with `vm_insert_page`, which makes the VMA `VM_MIXEDMAP`: the
+        // kind `zap_special_vma_range` zaps.
+        // SAFETY: All entries of rodp's contexts are `Entry`s (entry first, `repr(C)`); the
+        // core checked that the VMA length equals the entry's size.
         let ret = unsafe { bindings::remap_vmalloc_range(vma, (*entry).buf.as_ptr().cast()) };
         if ret == 0 {
-            // SAFETY: The VMA is the device file's and being set up under the locks
-            // `rdma_user_mmap_io` expects (the function's safety requirements); `raw` is live
-            // (referenced above). The core takes its own reference on the entry for the VMA,
-            // links the record into the file's list and frees it with `kfree` when the VMA
-            // closes, so the box is handed over (it came from `kmalloc`).
+            // The core takes its own reference on the entry for the VMA, links the record into
+            // the file's list and frees it with `kfree` when the VMA closes, so the box (from
+            // `kmalloc`) is handed over.
+            // SAFETY: The VMA is the device file's, set up under the locks `rdma_user_mmap_io`
+            // expects (the function's safety requirements); `raw` is live (referenced above).
             unsafe { bindings::rdma_umap_priv_init(KBox::into_raw(umap), vma, raw) };
         }
         // SAFETY: Drops the reference taken by `rdma_user_mmap_entry_get`.
