@@ -6,7 +6,8 @@
 //! A packet here is a UDP payload: the BTH, the extension headers its opcode carries (in the
 //! order of [`Ext::ORDER`]), the payload, 0 to 3 bytes of pad, and the 4-byte ICRC.
 
-#![allow(dead_code, reason = "used by the wire transport (issue 13), wired in next")]
+// Used by the wire transport (issue 13), wired in next.
+#![allow(dead_code)]
 
 use super::{
     opcode::{
@@ -19,6 +20,7 @@ use super::{
     },
     psn::Psn,
 };
+use kernel::prelude::*;
 
 /// Bytes of the ICRC.
 pub(crate) const ICRC_LEN: usize = 4;
@@ -596,7 +598,9 @@ pub(crate) struct Packet<'a> {
 pub(crate) fn parse(b: &[u8]) -> Result<Packet<'_>, ParseError> {
     let mut rest = b;
     let bth_bytes = take::<BTH_LEN>(&mut rest)?;
-    let info = Opcode(bth_bytes[0]).info().ok_or(ParseError::UnknownOpcode)?;
+    let info = Opcode(bth_bytes[0])
+        .info()
+        .ok_or(ParseError::UnknownOpcode)?;
     let bth = Bth::read(bth_bytes)?;
     let (mut body, icrc) = rest
         .split_last_chunk::<ICRC_LEN>()
@@ -666,4 +670,419 @@ pub(crate) fn build(hdr: &Headers, payload: &[u8], buf: &mut [u8]) -> Result<usi
     data.copy_from_slice(payload);
     tail.fill(0);
     Ok(len)
+}
+
+#[kunit_tests(rodp_header)]
+mod tests {
+    use super::*;
+    use crate::engine::packet::opcode::OPCODES;
+
+    /// A BTH with every field set to something other than its default.
+    fn bth(opcode: Opcode) -> Bth {
+        Bth {
+            opcode,
+            solicited: true,
+            migrated: true,
+            pad: 0,
+            pkey: 0x8001,
+            fecn: true,
+            becn: false,
+            dest_qpn: 0xab_cdef,
+            ack_req: true,
+            psn: Psn::new(0xfe_dcba),
+        }
+    }
+
+    /// Headers for `info`, each extension header present with distinctive values.
+    fn headers(info: &OpInfo) -> Headers {
+        let has = |e| info.ext.contains(e);
+        let mut h = Headers::new(bth(info.opcode));
+        if has(Ext::DETH) {
+            h.deth = Some(Deth {
+                qkey: 0x8001_0000,
+                src_qpn: 0x12_3456,
+            });
+        }
+        if has(Ext::FETH) {
+            h.feth = Some(Feth {
+                placement: 2,
+                selectivity: 1,
+            });
+        }
+        if has(Ext::RETH) {
+            h.reth = Some(Reth {
+                va: 0x0123_4567_89ab_cdef,
+                rkey: 0xdead_beef,
+                len: 0x8000_0000,
+            });
+        }
+        if has(Ext::ATOMIC_ETH) {
+            h.atomic_eth = Some(AtomicEth {
+                va: 0xffff_0000_0000_1008,
+                rkey: 0x0102_0304,
+                swap_add: 0x1111_2222_3333_4444,
+                compare: 0x5555_6666_7777_8888,
+            });
+        }
+        if has(Ext::AETH) {
+            h.aeth = Some(Aeth {
+                syndrome: Syndrome::Nak(NakCode::RemAccess),
+                msn: 0xff_fffe,
+            });
+        }
+        if has(Ext::ATOMIC_ACK_ETH) {
+            h.atomic_ack_eth = Some(AtomicAckEth {
+                orig: 0x9999_aaaa_bbbb_cccc,
+            });
+        }
+        if has(Ext::IMM_DT) {
+            h.imm = Some(ImmDt(0x1234_5678));
+        }
+        if has(Ext::IETH) {
+            h.ieth = Some(Ieth { rkey: 0x4321_8765 });
+        }
+        h
+    }
+
+    /// A payload of `n` bytes, each its index.
+    fn data<const N: usize>() -> [u8; N] {
+        let mut d = [0u8; N];
+        d.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        d
+    }
+
+    #[test]
+    fn every_opcode_round_trips() -> Result {
+        let payload = data::<13>();
+        for info in OPCODES {
+            let h = headers(info);
+            let p: &[u8] = match (info.payload, info.kind) {
+                (false, _) => &[],
+                (true, Kind::AtomicWrite) => &payload[..8],
+                (true, _) => match info.position {
+                    // Full packets: a multiple of 4 bytes.
+                    Position::First | Position::Middle => &payload[..12],
+                    _ => &payload,
+                },
+            };
+            let mut buf = [0xa5u8; 128];
+            let len = build(&h, p, &mut buf).map_err(|_| EINVAL)?;
+            assert_eq!(len, packet_len(info, p.len()));
+            assert_eq!(len % 4, 0);
+            let pkt = parse(&buf[..len]).map_err(|_| EINVAL)?;
+            assert_eq!(pkt.info.opcode, info.opcode);
+            let mut want = h;
+            want.bth.pad = pad_len(p.len());
+            assert_eq!(pkt.hdr, want);
+            assert_eq!(pkt.payload, p);
+            // Pad and ICRC room are zero.
+            assert!(buf[info.header_len() + p.len()..len]
+                .iter()
+                .all(|&b| b == 0));
+            // The parsed headers build the same bytes again.
+            let mut again = [0u8; 128];
+            assert_eq!(build(&pkt.hdr, pkt.payload, &mut again), Ok(len));
+            assert_eq!(&again[..len], &buf[..len]);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn headers_have_their_wire_layout() {
+        let mut b = [0u8; 12];
+        bth(Opcode::RC_SEND_ONLY).write(&mut b);
+        assert_eq!(
+            b,
+            [0x04, 0xc0, 0x80, 0x01, 0x80, 0xab, 0xcd, 0xef, 0x80, 0xfe, 0xdc, 0xba]
+        );
+        // Fields are cut to their widths.
+        let mut wide = bth(Opcode::RC_SEND_ONLY);
+        wide.pad = 7;
+        wide.dest_qpn = 0xff12_3456;
+        wide.becn = true;
+        wide.write(&mut b);
+        assert_eq!(b[1], 0xf0);
+        assert_eq!(&b[4..8], &[0xc0, 0x12, 0x34, 0x56]);
+        // Reserved bits are ignored when read.
+        let mut r = [0x11, 0x00, 0xff, 0xff, 0x3f, 0, 0, 1, 0x7f, 0, 0, 2];
+        assert_eq!(
+            Bth::read(&r).map(|h| (h.dest_qpn, h.fecn, h.ack_req)),
+            Ok((1, false, false))
+        );
+        r[1] = 0x01;
+        assert_eq!(Bth::read(&r), Err(ParseError::BadTver));
+
+        let mut d = [0u8; 8];
+        Deth {
+            qkey: 0x8001_0000,
+            src_qpn: 0xff00_0001,
+        }
+        .write(&mut d);
+        assert_eq!(d, [0x80, 0x01, 0, 0, 0, 0, 0, 1]);
+        let mut f = [0u8; 4];
+        Feth {
+            placement: 2,
+            selectivity: 1,
+        }
+        .write(&mut f);
+        assert_eq!(f, [0, 0, 0, 0x12]);
+        let mut a = [0u8; 4];
+        Aeth {
+            syndrome: Syndrome::RnrNak(14),
+            msn: 0x1_000_005,
+        }
+        .write(&mut a);
+        assert_eq!(a, [0x2e, 0, 0, 5]);
+        let mut i = [0u8; 4];
+        ImmDt(u32::from_ne_bytes([1, 2, 3, 4])).write(&mut i);
+        assert_eq!(i, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn each_header_round_trips() {
+        let r = Reth {
+            va: u64::MAX,
+            rkey: 1,
+            len: u32::MAX,
+        };
+        let mut b16 = [0u8; 16];
+        r.write(&mut b16);
+        assert_eq!(Reth::read(&b16), r);
+        let a = AtomicEth {
+            va: 8,
+            rkey: u32::MAX,
+            swap_add: 1,
+            compare: u64::MAX,
+        };
+        let mut b28 = [0u8; 28];
+        a.write(&mut b28);
+        assert_eq!(AtomicEth::read(&b28), a);
+        let k = AtomicAckEth {
+            orig: 0x0102_0304_0506_0708,
+        };
+        let mut b8 = [0u8; 8];
+        k.write(&mut b8);
+        assert_eq!(b8, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(AtomicAckEth::read(&b8), k);
+        let d = Deth {
+            qkey: 7,
+            src_qpn: 0xff_ffff,
+        };
+        d.write(&mut b8);
+        assert_eq!(Deth::read(&b8), d);
+        let mut b4 = [0u8; 4];
+        let i = Ieth { rkey: 0xcafe_f00d };
+        i.write(&mut b4);
+        assert_eq!(Ieth::read(&b4), i);
+        let f = Feth {
+            placement: 0xf,
+            selectivity: 3,
+        };
+        f.write(&mut b4);
+        assert_eq!(Feth::read(&b4), f);
+        ImmDt(9).write(&mut b4);
+        assert_eq!(ImmDt::read(&b4), ImmDt(9));
+    }
+
+    #[test]
+    fn syndromes_round_trip_and_reserved_ones_are_refused() {
+        let mut valid = 0;
+        for b in 0..=255u8 {
+            if let Ok(s) = Syndrome::from_byte(b) {
+                assert_eq!(s.byte(), b);
+                let mut a = [0u8; 4];
+                Aeth {
+                    syndrome: s,
+                    msn: 3,
+                }
+                .write(&mut a);
+                assert_eq!(
+                    Aeth::read(&a),
+                    Ok(Aeth {
+                        syndrome: s,
+                        msn: 3
+                    })
+                );
+                valid += 1;
+            }
+        }
+        // 32 ACKs, 32 RNR NAKs, 5 NAKs.
+        assert_eq!(valid, 69);
+        assert_eq!(Syndrome::from_byte(0x1f), Ok(Syndrome::Ack(0x1f)));
+        assert_eq!(
+            Syndrome::from_byte(0x60),
+            Ok(Syndrome::Nak(NakCode::PsnSeqErr))
+        );
+        assert_eq!(Syndrome::from_byte(0x65), Err(ParseError::BadSyndrome));
+        assert_eq!(Syndrome::from_byte(0x40), Err(ParseError::BadSyndrome));
+        assert_eq!(Syndrome::from_byte(0x80), Err(ParseError::BadSyndrome));
+        let mut ack = [0u8; 20];
+        let mut h = Headers::new(Bth::new(Opcode::RC_ACKNOWLEDGE, 1, Psn::new(1)));
+        h.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack(0x1f),
+            msn: 1,
+        });
+        assert_eq!(build(&h, &[], &mut ack), Ok(20));
+        ack[12] = 0x41;
+        assert_eq!(parse(&ack).map(|_| ()), Err(ParseError::BadSyndrome));
+    }
+
+    /// `parse`'s error for `b`, if any.
+    fn err(b: &[u8]) -> Option<ParseError> {
+        parse(b).err()
+    }
+
+    #[test]
+    fn malformed_packets_are_refused_with_their_reason() -> Result {
+        use ParseError::*;
+        // A valid RC SEND_ONLY of 5 bytes: BTH, 5 + 3 pad, ICRC.
+        let mut send = [0u8; 24];
+        let h = Headers::new(Bth::new(Opcode::RC_SEND_ONLY, 2, Psn::new(3)));
+        assert_eq!(build(&h, b"hello", &mut send), Ok(24));
+        assert_eq!(parse(&send).map(|p| p.payload.len()), Ok(5));
+
+        assert_eq!(err(&[]), Some(Truncated));
+        assert_eq!(err(&send[..11]), Some(Truncated));
+        // A BTH and no ICRC.
+        assert_eq!(err(&send[..12]), Some(Truncated));
+        assert_eq!(err(&send[..15]), Some(Truncated));
+        // Lengths that are not whole words.
+        assert_eq!(err(&send[..21]), Some(Unaligned));
+        assert_eq!(err(&send[..17]), Some(Unaligned));
+        // Pad longer than what follows the headers: BTH, 0 bytes, ICRC with pad 3.
+        let mut short = send;
+        assert_eq!(err(&short[..16]), Some(PadTooLong));
+        // Pad 0 makes all 8 bytes payload.
+        short[1] &= !0x30;
+        assert_eq!(parse(&short).map(|p| p.payload.len()), Ok(8));
+        // Version 1.
+        let mut v = send;
+        v[1] |= 1;
+        assert_eq!(err(&v), Some(BadTver));
+        // Opcodes rodp does not speak.
+        for op in [0x15, 0x40, 0x64 + 2, 0x81, 0xff] {
+            let mut u = send;
+            u[0] = op;
+            assert_eq!(err(&u), Some(UnknownOpcode));
+        }
+
+        // An ACK with payload or pad.
+        let mut ack = [0u8; 24];
+        let mut a = Headers::new(Bth::new(Opcode::RC_ACKNOWLEDGE, 2, Psn::new(3)));
+        a.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack(0x1f),
+            msn: 0,
+        });
+        assert_eq!(
+            build(&a, &[1], &mut ack),
+            Err(BuildError::UnexpectedPayload)
+        );
+        assert_eq!(build(&a, &[], &mut ack), Ok(20));
+        assert!(parse(&ack[..20]).is_ok());
+        assert_eq!(err(&ack), Some(UnexpectedPayload));
+        ack[1] |= 0x10;
+        assert_eq!(err(&ack[..20]), Some(UnexpectedPayload));
+        // Its AETH cut short.
+        assert_eq!(err(&ack[..16]), Some(Truncated));
+
+        // A READ request without its RETH.
+        let mut rd = [0u8; 32];
+        let mut r = Headers::new(Bth::new(Opcode::RC_RDMA_READ_REQUEST, 2, Psn::new(3)));
+        r.reth = Some(Reth {
+            va: 0,
+            rkey: 1,
+            len: 4096,
+        });
+        assert_eq!(build(&r, &[], &mut rd), Ok(32));
+        assert!(parse(&rd).is_ok());
+        assert_eq!(err(&rd[..28]), Some(Truncated));
+        assert_eq!(err(&rd[..16]), Some(Truncated));
+
+        // FIRST and MIDDLE packets must be full: not empty, not padded.
+        let mut first = [0u8; 24];
+        let f = Headers::new(Bth::new(Opcode::RC_SEND_FIRST, 2, Psn::new(3)));
+        assert_eq!(build(&f, &[7; 8], &mut first), Ok(24));
+        assert!(parse(&first).is_ok());
+        assert_eq!(build(&f, &[7; 5], &mut first), Ok(24));
+        assert_eq!(err(&first), Some(BadPayloadLength));
+        let mut middle = [0u8; 16];
+        let m = Headers::new(Bth::new(Opcode::UC_SEND_MIDDLE, 2, Psn::new(3)));
+        assert_eq!(build(&m, &[], &mut middle), Ok(16));
+        assert_eq!(err(&middle), Some(BadPayloadLength));
+        // LAST and ONLY may be empty.
+        let l = Headers::new(Bth::new(Opcode::RC_RDMA_WRITE_LAST, 2, Psn::new(3)));
+        assert_eq!(build(&l, &[], &mut middle), Ok(16));
+        assert!(parse(&middle).is_ok());
+
+        // ATOMIC WRITE carries exactly 8 bytes.
+        let mut aw = [0u8; 48];
+        let mut w = Headers::new(Bth::new(Opcode::RC_ATOMIC_WRITE, 2, Psn::new(3)));
+        w.reth = Some(Reth {
+            va: 8,
+            rkey: 1,
+            len: 8,
+        });
+        assert_eq!(build(&w, &[1; 8], &mut aw), Ok(40));
+        assert!(parse(&aw[..40]).is_ok());
+        assert_eq!(build(&w, &[1; 4], &mut aw), Ok(36));
+        assert_eq!(err(&aw[..36]), Some(BadPayloadLength));
+        assert_eq!(build(&w, &[1; 12], &mut aw), Ok(44));
+        assert_eq!(err(&aw[..44]), Some(BadPayloadLength));
+        Ok(())
+    }
+
+    #[test]
+    fn build_refuses_what_it_cannot_write() {
+        let mut buf = [0u8; 64];
+        let mut h = Headers::new(Bth::new(Opcode::RC_RDMA_WRITE_FIRST, 2, Psn::new(3)));
+        // WRITE FIRST needs its RETH.
+        assert_eq!(build(&h, &[0; 4], &mut buf), Err(BuildError::WrongHeaders));
+        h.reth = Some(Reth {
+            va: 0,
+            rkey: 0,
+            len: 4,
+        });
+        assert_eq!(build(&h, &[0; 4], &mut buf), Ok(36));
+        h.imm = Some(ImmDt(0));
+        assert_eq!(build(&h, &[0; 4], &mut buf), Err(BuildError::WrongHeaders));
+        h.imm = None;
+        assert_eq!(build(&h, &[0; 4], &mut buf[..35]), Err(BuildError::NoRoom));
+        assert_eq!(h.write(&mut buf[..27]), Err(BuildError::NoRoom));
+        assert_eq!(h.write(&mut buf[..28]), Ok(28));
+        h.bth.opcode = Opcode(0x81);
+        assert_eq!(build(&h, &[], &mut buf), Err(BuildError::UnknownOpcode));
+    }
+
+    #[test]
+    fn truncations_and_mutations_never_panic() -> Result {
+        let payload = data::<64>();
+        for info in OPCODES {
+            let h = headers(info);
+            let p: &[u8] = match (info.payload, info.kind) {
+                (false, _) => &[],
+                (true, Kind::AtomicWrite) => &payload[..8],
+                (true, _) => &payload[..63],
+            };
+            let mut buf = [0u8; 160];
+            let len = build(&h, p, &mut buf).map_err(|_| EINVAL)?;
+            for cut in 0..len {
+                let _ = parse(&buf[..cut]);
+            }
+            for at in 0..len {
+                for x in [0x01u8, 0x30, 0x80, 0xff] {
+                    let mut m = buf;
+                    m[at] ^= x;
+                    if let Ok(pkt) = parse(&m[..len]) {
+                        // Whatever parses is consistent with its length.
+                        let total = pkt.info.header_len()
+                            + pkt.payload.len()
+                            + usize::from(pkt.hdr.bth.pad)
+                            + ICRC_LEN;
+                        assert_eq!(total, len);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }

@@ -4,7 +4,10 @@
 //! extension headers it carries, its service, its place in a message and whether it carries
 //! payload, as one `const` table.
 
-#![allow(dead_code, reason = "used by the wire transport (issue 13), wired in next")]
+// Used by the wire transport (issue 13), wired in next.
+#![allow(dead_code)]
+
+use kernel::prelude::*;
 
 /// A BTH opcode (`IB_OPCODE_*`): the service in the top three bits, the operation below.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -278,7 +281,12 @@ impl Opcode {
     /// The opcode of a packet of `kind` at `position` in a message on `service`, with
     /// `trailer` (`Ext::IMM_DT`, `Ext::IETH` or `Ext::NONE`); `None` if there is none (an RC
     /// READ has no FIRST, UC has no READ, ...).
-    pub(crate) fn of(service: Service, kind: Kind, position: Position, trailer: Ext) -> Option<Opcode> {
+    pub(crate) fn of(
+        service: Service,
+        kind: Kind,
+        position: Position,
+        trailer: Ext,
+    ) -> Option<Opcode> {
         let trailers = Ext::IMM_DT.or(Ext::IETH);
         OPCODES
             .iter()
@@ -289,5 +297,170 @@ impl Opcode {
                     && o.ext.and(trailers) == trailer
             })
             .map(|o| o.opcode)
+    }
+}
+
+#[kunit_tests(rodp_opcode)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_finds_every_row_and_nothing_else() {
+        let mut found = 0;
+        for code in 0..=255u8 {
+            if let Some(i) = Opcode(code).info() {
+                assert_eq!(i.opcode, Opcode(code));
+                found += 1;
+            }
+        }
+        assert_eq!(found, OPCODES.len());
+        assert_eq!(OPCODES.len(), 39);
+        // In opcode order, so no opcode twice.
+        assert!(OPCODES.windows(2).all(|w| w[0].opcode.0 < w[1].opcode.0));
+        for unknown in [
+            0x15, 0x18, 0x1e, 0x2c, 0x40, 0x4c, 0x60, 0x63, 0x80, 0x81, 0xe0, 0xff,
+        ] {
+            assert!(Opcode(unknown).info().is_none());
+        }
+    }
+
+    #[test]
+    fn rows_agree_with_their_opcode_bits() {
+        for o in OPCODES {
+            let (service, prefix) = match o.opcode.0 >> 5 {
+                0 => (Some(Service::Rc), "RC_"),
+                1 => (Some(Service::Uc), "UC_"),
+                3 => (Some(Service::Ud), "UD_"),
+                _ => (None, ""),
+            };
+            assert_eq!(Some(o.service), service);
+            assert!(o.name.starts_with(prefix));
+            // The operation bits mean the same on every service.
+            let same = OPCODES
+                .iter()
+                .filter(|p| p.opcode.0 & 0x1f == o.opcode.0 & 0x1f);
+            for p in same {
+                assert_eq!(
+                    (p.kind, p.position, p.payload),
+                    (o.kind, o.position, o.payload)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn headers_follow_the_ibta_rules() {
+        for o in OPCODES {
+            let has = |e| o.ext.contains(e);
+            // DETH exactly on UD, which has only SEND ONLY.
+            assert_eq!(has(Ext::DETH), o.service == Service::Ud);
+            if o.service == Service::Ud {
+                assert_eq!((o.kind, o.position), (Kind::Send, Position::Only));
+            }
+            // UC has only SEND and WRITE.
+            if o.service == Service::Uc {
+                assert!(matches!(o.kind, Kind::Send | Kind::Write));
+            }
+            // A RETH starts a WRITE and is all a READ request, ATOMIC WRITE and FLUSH carry.
+            let reth = match o.kind {
+                Kind::Write => o.position.starts(),
+                Kind::ReadRequest | Kind::AtomicWrite | Kind::Flush => true,
+                _ => false,
+            };
+            assert_eq!(has(Ext::RETH), reth);
+            assert_eq!(has(Ext::FETH), o.kind == Kind::Flush);
+            assert_eq!(
+                has(Ext::ATOMIC_ETH),
+                matches!(o.kind, Kind::CompareSwap | Kind::FetchAdd)
+            );
+            assert_eq!(has(Ext::ATOMIC_ACK_ETH), o.kind == Kind::AtomicAck);
+            // Every response but a READ response's middle carries an AETH; no request does.
+            assert_eq!(
+                has(Ext::AETH),
+                !o.is_request() && o.position != Position::Middle
+            );
+            // Immediate data and invalidation end a SEND or WRITE; IETH on RC SENDs only.
+            if has(Ext::IMM_DT) || has(Ext::IETH) {
+                assert!(o.position.ends());
+                assert!(!(has(Ext::IMM_DT) && has(Ext::IETH)));
+            }
+            if has(Ext::IETH) {
+                assert_eq!((o.service, o.kind), (Service::Rc, Kind::Send));
+            }
+            if has(Ext::IMM_DT) {
+                assert!(matches!(o.kind, Kind::Send | Kind::Write));
+            }
+            // Payload on data-moving packets only.
+            let payload = matches!(
+                o.kind,
+                Kind::Send | Kind::Write | Kind::ReadResponse | Kind::AtomicWrite
+            );
+            assert_eq!(o.payload, payload);
+            // Multi-packet messages are SENDs, WRITEs and READ responses.
+            if o.position != Position::Only {
+                assert!(matches!(
+                    o.kind,
+                    Kind::Send | Kind::Write | Kind::ReadResponse
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn header_lengths_match_rxe() {
+        let len = |o: Opcode| o.info().map(|i| i.header_len());
+        assert_eq!(len(Opcode::RC_SEND_MIDDLE), Some(12));
+        assert_eq!(len(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE), Some(32));
+        assert_eq!(len(Opcode::RC_RDMA_READ_RESPONSE_FIRST), Some(16));
+        assert_eq!(len(Opcode::RC_ATOMIC_ACKNOWLEDGE), Some(24));
+        assert_eq!(len(Opcode::RC_COMPARE_SWAP), Some(40));
+        assert_eq!(len(Opcode::RC_FLUSH), Some(32));
+        assert_eq!(len(Opcode::RC_ATOMIC_WRITE), Some(28));
+        assert_eq!(len(Opcode::RC_SEND_ONLY_WITH_INVALIDATE), Some(16));
+        assert_eq!(len(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE), Some(24));
+        assert_eq!(Ext::ORDER.iter().map(|(_, n)| n).sum::<usize>(), 76);
+    }
+
+    #[test]
+    fn opcodes_are_chosen_by_what_they_do() {
+        use Kind::*;
+        use Position::*;
+        let of = Opcode::of;
+        assert_eq!(
+            of(Service::Rc, Send, First, Ext::NONE),
+            Some(Opcode::RC_SEND_FIRST)
+        );
+        assert_eq!(
+            of(Service::Rc, Send, Last, Ext::IETH),
+            Some(Opcode::RC_SEND_LAST_WITH_INVALIDATE)
+        );
+        assert_eq!(
+            of(Service::Uc, Write, Only, Ext::IMM_DT),
+            Some(Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+        );
+        assert_eq!(
+            of(Service::Ud, Send, Only, Ext::NONE),
+            Some(Opcode::UD_SEND_ONLY)
+        );
+        assert_eq!(of(Service::Uc, Send, Only, Ext::IETH), None);
+        assert_eq!(of(Service::Uc, ReadRequest, Only, Ext::NONE), None);
+        assert_eq!(of(Service::Ud, Send, First, Ext::NONE), None);
+        assert_eq!(of(Service::Rc, Write, First, Ext::IMM_DT), None);
+        for o in OPCODES {
+            let trailer = o.ext.and(Ext::IMM_DT.or(Ext::IETH));
+            assert_eq!(of(o.service, o.kind, o.position, trailer), Some(o.opcode));
+        }
+    }
+
+    #[test]
+    fn receives_are_consumed_where_rxe_consumes_them() {
+        let c = |o: Opcode| o.info().map(|i| i.consumes_recv());
+        assert_eq!(c(Opcode::RC_SEND_FIRST), Some(true));
+        assert_eq!(c(Opcode::RC_SEND_MIDDLE), Some(false));
+        assert_eq!(c(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE), Some(true));
+        assert_eq!(c(Opcode::RC_RDMA_WRITE_ONLY), Some(false));
+        assert_eq!(c(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE), Some(true));
+        assert_eq!(c(Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE), Some(true));
+        assert_eq!(c(Opcode::RC_RDMA_READ_REQUEST), Some(false));
     }
 }
