@@ -91,6 +91,23 @@ pub(crate) fn icrc(ip: IpHeader<'_>, udp: &[u8; 8], packet: &[u8]) -> [u8; ICRC_
     (!crc).to_le_bytes()
 }
 
+/// Writes the ICRC of the UDP payload `datagram` (headers, payload, pad, then 4 bytes of room,
+/// as `header::build` leaves it) into its last 4 bytes. Does nothing to a datagram shorter
+/// than an ICRC.
+pub(crate) fn generate(ip: IpHeader<'_>, udp: &[u8; 8], datagram: &mut [u8]) {
+    if let Some((packet, room)) = datagram.split_last_chunk_mut::<ICRC_LEN>() {
+        *room = icrc(ip, udp, packet);
+    }
+}
+
+/// Whether the ICRC at the end of the received UDP payload `datagram` is right (a datagram
+/// shorter than an ICRC is not).
+pub(crate) fn check(ip: IpHeader<'_>, udp: &[u8; 8], datagram: &[u8]) -> bool {
+    datagram
+        .split_last_chunk::<ICRC_LEN>()
+        .is_some_and(|(packet, got)| icrc(ip, udp, packet) == *got)
+}
+
 #[kunit_tests(rodp_icrc)]
 mod tests {
     use super::*;
@@ -156,6 +173,7 @@ mod tests {
         let mut whole = [0u8; 36];
         whole[..32].copy_from_slice(&pkt);
         whole[32..].copy_from_slice(&[0x78, 0xf3, 0x53, 0xf3]);
+        assert!(check(IpHeader::V4(&ip), &udp, &whole));
         let p = parse(&whole).map_err(|_| EINVAL)?;
         assert_eq!(p.payload.len(), 18);
         assert!(p.hdr.bth.migrated);
@@ -223,6 +241,11 @@ mod tests {
         });
         let mut buf = [0u8; 36];
         assert_eq!(build(&h, &[], &mut buf), Ok(36));
+        generate(IpHeader::V4(&ip), &udp, &mut buf);
+        assert_eq!(&buf[32..], &[0xb0, 0xd8, 0xff, 0xae]);
+        assert!(check(IpHeader::V4(&ip), &udp, &buf));
+        buf[35] ^= 1;
+        assert!(!check(IpHeader::V4(&ip), &udp, &buf));
         let want: [u8; 32] =
             hex("1c00ffff00000022800000070000001100007f00000010000123456700001000");
         assert_eq!(&buf[..32], &want);
@@ -241,5 +264,9 @@ mod tests {
         let _ = icrc(IpHeader::V4(&ip), &udp, &[0x1c]);
         let _ = icrc(IpHeader::V4(&ip), &udp, &[0x1c, 0, 0, 0, 0, 0]);
         let _ = icrc(IpHeader::V6(&[0x60; 40]), &udp, &[0; 13]);
+        assert!(!check(IpHeader::V4(&ip), &udp, &[0; 3]));
+        let mut three = [0u8; 3];
+        generate(IpHeader::V4(&ip), &udp, &mut three);
+        assert_eq!(three, [0; 3]);
     }
 }
