@@ -588,7 +588,7 @@ pub(crate) struct Packet<'a> {
     pub(crate) hdr: Headers,
     /// The payload.
     pub(crate) payload: &'a [u8],
-    /// The ICRC as received (checked apart, with the IP and UDP headers: `icrc::icrc`).
+    /// The ICRC as received (checked apart, with the IP and UDP headers: `icrc::check`).
     pub(crate) icrc: [u8; ICRC_LEN],
 }
 
@@ -650,8 +650,8 @@ pub(crate) fn packet_len(info: &OpInfo, payload: usize) -> usize {
 }
 
 /// Writes a packet into `buf`: `hdr` (its pad count set from the payload's length),
-/// `payload`, zeroed pad, and room for the ICRC (zeroed; `icrc::icrc` computes it once the IP
-/// and UDP headers are final). Returns the packet's length, [`packet_len`].
+/// `payload`, zeroed pad, and room for the ICRC (zeroed; `icrc::generate` fills it once the
+/// IP and UDP headers are final). Returns the packet's length, [`packet_len`].
 pub(crate) fn build(hdr: &Headers, payload: &[u8], buf: &mut [u8]) -> Result<usize, BuildError> {
     let info = hdr.info()?;
     if !info.payload && !payload.is_empty() {
