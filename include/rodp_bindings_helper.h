@@ -17,3 +17,4 @@
 /* Exported by ib_core, declared only in its private core_priv.h (see rodp_umap.h). */
 void rdma_umap_priv_init(struct rodp_umap_priv *priv, struct vm_area_struct *vma,
 			 struct rdma_user_mmap_entry *entry);
+#include <linux/crc32.h>

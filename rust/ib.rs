@@ -9,6 +9,7 @@
 
 pub(crate) mod abi;
 mod bindings;
+pub(crate) mod crc;
 pub(crate) mod debugfs;
 pub(crate) mod device;
 pub(crate) mod event;

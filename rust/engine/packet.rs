@@ -1,7 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! RoCEv2 headers the engine builds (the header code of rxe's `rxe_hdr.h` and `rxe_net.c`):
-//! GIDs as RoCE reads them, and the GRH a UD receive finds before its data.
+//! RoCEv2 packets (the header code of rxe's `rxe_hdr.h`, `rxe_opcode.c`, `rxe_icrc.c` and
+//! `rxe_net.c`): GIDs as RoCE reads them, the GRH a UD receive finds before its data, and the
+//! wire format's pure logic — the opcode table ([`opcode`]), the transport headers built and
+//! parsed from untrusted bytes ([`header`]), the ICRC ([`icrc`]), PSN arithmetic and path MTUs
+//! ([`psn`]).
+
+pub(crate) mod header;
+pub(crate) mod icrc;
+pub(crate) mod opcode;
+pub(crate) mod psn;
 
 use kernel::prelude::*;
 
