@@ -7,7 +7,8 @@
 //! ([`deliver`]), which answers with a [`Reply`] the way a responder's ACK, NAK or RNR NAK
 //! would; the responder ([`resp`]) executes messages on a receiving QP; the completer
 //! ([`comp`]) turns answers into completions, retries and RNR backoff. Backoff is a timer: no
-//! worker ever sleeps waiting for a peer. Peers on this host are served directly: the
+//! worker ever sleeps waiting for a peer. The responder faults nothing on the requester's
+//! worker: its own missing pages are faulted on its QP's own work item ([`fault`]). Peers on this host are served directly: the
 //! responder copies between the two QPs' registered memory ([`xfer`]) without building
 //! packets. A packet transport (RoCEv2 to another host) plugs in at [`deliver`] without
 //! changing the requester, the responder or the verbs layer.

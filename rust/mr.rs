@@ -86,6 +86,9 @@ pub(crate) struct Anchor {
 pub(crate) struct MrShared {
     /// lkey = rkey.
     pub(crate) key: u32,
+    /// Never reused (unlike keys and addresses): what a responder's fault outcome names the
+    /// registration by without holding it (`engine::fault`).
+    pub(crate) serial: u64,
     pub(crate) pd: u64,
     pub(crate) access: u32,
     pub(crate) iova: u64,
@@ -101,6 +104,9 @@ pub(crate) struct MrShared {
     #[pin]
     gate: Gate,
 }
+
+/// Source of [`MrShared::serial`].
+static NEXT_SERIAL: Atomic<u64> = Atomic::new(1);
 
 impl Gated for MrShared {
     fn gate(&self) -> &Gate {
@@ -250,6 +256,7 @@ impl Mr {
             Arc::pin_init(
                 pin_init!(MrShared {
                     key,
+                    serial: NEXT_SERIAL.fetch_add(1, Relaxed),
                     pd: pd_id,
                     access: acc,
                     iova,
@@ -358,6 +365,7 @@ impl Mr {
         let new = Arc::pin_init(
             pin_init!(MrShared {
                 key,
+                serial: NEXT_SERIAL.fetch_add(1, Relaxed),
                 pd: pd.data().id,
                 access: acc,
                 iova,

@@ -697,8 +697,6 @@ impl Qp {
             sq.backoff = None;
         }
         s.rq.lock().queue = None;
-        // A fault's outcome holds its MR.
-        s.fault.lock().forget();
         s.tables.groups.detach_qp(s.qpn);
         s.tables.qps.remove(s.qpn);
     }

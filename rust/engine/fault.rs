@@ -35,9 +35,25 @@ impl Want {
         }
     }
 
-    fn same(&self, o: &Want) -> bool {
-        Arc::ptr_eq(&self.mr, &o.mr) && (self.off, self.len, self.write) == (o.off, o.len, o.write)
+    /// What the outcome of its fault remembers: the registration by its serial, not held (a
+    /// deregistered MR's memory must go at once, whether or not a delivery comes back).
+    fn name(&self) -> Named {
+        Named {
+            serial: self.mr.serial,
+            off: self.off,
+            len: self.len,
+            write: self.write,
+        }
     }
+}
+
+/// A [`Want`] by name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Named {
+    serial: u64,
+    off: usize,
+    len: usize,
+    write: bool,
 }
 
 /// A responder QP's fault state (`QpShared::fault`): taken under the QP's receive side by the
@@ -48,7 +64,7 @@ pub(crate) struct FaultState {
     /// The requesters to schedule when the fault ends.
     waiters: KVec<Arc<QpShared>>,
     /// The last fault's range and outcome, until a delivery needing that range takes it.
-    done: Option<(Want, Result)>,
+    done: Option<(Named, Result)>,
 }
 
 impl FaultState {
@@ -60,11 +76,6 @@ impl FaultState {
             done: None,
         }
     }
-
-    /// Forgets the last outcome (the QP is destroyed: the MR it holds may go).
-    pub(crate) fn forget(&mut self) {
-        self.done = None;
-    }
 }
 
 /// The responder of `dst` found `w` of its own memory unmapped during a delivery from `from`.
@@ -73,12 +84,11 @@ impl FaultState {
 /// already under way) and `from` will be scheduled when it ends: the message waits.
 pub(super) fn ask(dst: &Arc<QpShared>, from: &Arc<QpShared>, w: Want) -> Result {
     let mut f = dst.fault.lock();
-    if let Some((d, r)) = f.done.take() {
-        if d.same(&w) {
+    if let Some((d, r)) = f.done {
+        if d == w.name() {
+            f.done = None;
             // A success means the pages went away again since: fault once more.
             r?;
-        } else {
-            f.done = Some((d, r));
         }
     }
     if !f.waiters.iter().any(|q| Arc::ptr_eq(q, from)) {
@@ -118,7 +128,7 @@ pub(crate) fn run(qp: &QpShared) {
     let waiters = {
         let mut f = qp.fault.lock();
         f.want = None;
-        f.done = Some((w, r));
+        f.done = Some((w.name(), r));
         core::mem::take(&mut f.waiters)
     };
     for q in waiters {
