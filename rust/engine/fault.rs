@@ -76,6 +76,18 @@ impl FaultState {
             done: None,
         }
     }
+
+    /// The outcome of the fault of `n` if that is the last fault that ended; taken, so that
+    /// one delivery uses it once.
+    fn take_done(&mut self, n: Named) -> Option<Result> {
+        match self.done {
+            Some((d, r)) if d == n => {
+                self.done = None;
+                Some(r)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The responder of `dst` found `w` of its own memory unmapped during a delivery from `from`.
@@ -84,13 +96,8 @@ impl FaultState {
 /// already under way) and `from` will be scheduled when it ends: the message waits.
 pub(super) fn ask(dst: &Arc<QpShared>, from: &Arc<QpShared>, w: Want) -> Result {
     let mut f = dst.fault.lock();
-    if let Some((d, r)) = f.done {
-        if d == w.name() {
-            f.done = None;
-            // A success means the pages went away again since: fault once more.
-            r?;
-        }
-    }
+    // A success means the pages went away again since: fault once more.
+    f.take_done(w.name()).unwrap_or(Ok(()))?;
     if !f.waiters.iter().any(|q| Arc::ptr_eq(q, from)) {
         // The data path allocates here only while a fault is under way; without memory the
         // delivery fails as the fault would.
@@ -133,5 +140,44 @@ pub(crate) fn run(qp: &QpShared) {
     };
     for q in waiters {
         q.kick();
+    }
+}
+
+#[kunit_tests(rodp_resp_fault)]
+mod tests {
+    use super::*;
+
+    const fn named(serial: u64, off: usize) -> Named {
+        Named {
+            serial,
+            off,
+            len: 4096,
+            write: true,
+        }
+    }
+
+    #[test]
+    fn a_failure_is_taken_once_by_its_range_only() {
+        let mut f = FaultState::new();
+        assert!(f.take_done(named(1, 0)).is_none());
+        f.done = Some((named(1, 0), Err(EFAULT)));
+        // Another range, another registration at the same offset, or a read of it: not its.
+        assert!(f.take_done(named(1, 4096)).is_none());
+        assert!(f.take_done(named(2, 0)).is_none());
+        let read = Named {
+            write: false,
+            ..named(1, 0)
+        };
+        assert!(f.take_done(read).is_none());
+        assert_eq!(f.take_done(named(1, 0)), Some(Err(EFAULT)));
+        assert!(f.take_done(named(1, 0)).is_none());
+    }
+
+    #[test]
+    fn a_success_is_taken_too() {
+        let mut f = FaultState::new();
+        f.done = Some((named(3, 0), Ok(())));
+        assert_eq!(f.take_done(named(3, 0)), Some(Ok(())));
+        assert!(f.done.is_none());
     }
 }
