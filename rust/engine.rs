@@ -7,18 +7,21 @@
 //! ([`deliver`]), which answers with a [`Reply`] the way a responder's ACK, NAK or RNR NAK
 //! would; the responder ([`resp`]) executes messages on a receiving QP; the completer
 //! ([`comp`]) turns answers into completions, retries and RNR backoff. Backoff is a timer: no
-//! worker ever sleeps waiting for a peer. Peers on this host are served directly: the
+//! worker ever sleeps waiting for a peer. The responder faults nothing on the requester's
+//! worker: its own missing pages are faulted on its QP's own work item ([`fault`]). Peers on this host are served directly: the
 //! responder copies between the two QPs' registered memory ([`xfer`]) without building
 //! packets. A packet transport (RoCEv2 to another host) plugs in at [`deliver`] without
 //! changing the requester, the responder or the verbs layer.
 
 mod comp;
+mod fault;
 mod packet;
 mod req;
 mod resp;
 mod xfer;
 
 pub(crate) use comp::backoff_expired;
+pub(crate) use fault::{run as run_fault, FaultState};
 pub(crate) use packet::Gid;
 pub(crate) use req::run_send_queue;
 pub(crate) use xfer::{Scratch, Seg};
@@ -38,6 +41,8 @@ const GRH_LEN: usize = 40;
 
 /// One message from a requester to a responder QP.
 pub(crate) struct Message<'a> {
+    /// The requester's QP: scheduled again when the responder's fault it waits for ends.
+    pub(crate) from: &'a Arc<QpShared>,
     /// The operation.
     pub(crate) opcode: WrOpcode,
     /// Sending QP number.
@@ -108,6 +113,12 @@ pub(crate) enum Reply {
     /// message did is visible but data partly placed by an RDMA WRITE; the requester faults
     /// its pages in again and delivers the message again.
     Retry,
+    /// Not executed yet: a page of the responder's own ODP memory was unmapped. The responder
+    /// faults only on its own QP's fault work (`fault`), which schedules the requester again
+    /// when it ends; the requester waits for that without a timer and without counting a
+    /// retry (nothing a peer sees but time). A receive WQE taken stays pending, data an RDMA
+    /// WRITE placed stays.
+    Wait,
 }
 
 /// The transport: delivers `m` to the responder QP `dst` and returns its answer. Every QP is

@@ -122,6 +122,11 @@ impl<T: Gated> Pass<T> {
     pub(crate) fn enter(obj: &Arc<T>) -> Option<Self> {
         obj.gate().enter().then(|| Self(obj.clone()))
     }
+
+    /// The object, to hold without being inside its gate.
+    pub(crate) fn obj(&self) -> &Arc<T> {
+        &self.0
+    }
 }
 
 impl<T: Gated> Deref for Pass<T> {

@@ -86,6 +86,9 @@ pub(crate) struct Anchor {
 pub(crate) struct MrShared {
     /// lkey = rkey.
     pub(crate) key: u32,
+    /// Never reused (unlike keys and addresses): what a responder's fault outcome names the
+    /// registration by without holding it (`engine::fault`).
+    pub(crate) serial: u64,
     pub(crate) pd: u64,
     pub(crate) access: u32,
     pub(crate) iova: u64,
@@ -101,6 +104,9 @@ pub(crate) struct MrShared {
     #[pin]
     gate: Gate,
 }
+
+/// Source of [`MrShared::serial`].
+static NEXT_SERIAL: Atomic<u64> = Atomic::new(1);
 
 impl Gated for MrShared {
     fn gate(&self) -> &Gate {
@@ -125,6 +131,11 @@ impl MrRef {
             mr: self.mr,
             _window: Some(w),
         }
+    }
+
+    /// The registration, to hold outside the access (see `engine::fault`).
+    pub(crate) fn shared(&self) -> Arc<MrShared> {
+        self.mr.obj().clone()
     }
 }
 
@@ -245,6 +256,7 @@ impl Mr {
             Arc::pin_init(
                 pin_init!(MrShared {
                     key,
+                    serial: NEXT_SERIAL.fetch_add(1, Relaxed),
                     pd: pd_id,
                     access: acc,
                     iova,
@@ -353,6 +365,7 @@ impl Mr {
         let new = Arc::pin_init(
             pin_init!(MrShared {
                 key,
+                serial: NEXT_SERIAL.fetch_add(1, Relaxed),
                 pd: pd.data().id,
                 access: acc,
                 iova,
@@ -616,6 +629,18 @@ impl MrShared {
         }
     }
 
+    /// Whether an ODP range is mapped (writable when `write`) without faulting anything in:
+    /// [`crate::odp::UNMAPPED`] when a page (or an implicit MR's child) is missing, `EFAULT`
+    /// for a write to memory that cannot be written. Other memory is always mapped.
+    pub(crate) fn mapped(&self, off: usize, len: usize, write: bool) -> Result {
+        match &*self.mem {
+            Memory::Odp(o) => o.each_in(off, len, false, |u, uoff, _, n| {
+                u.with_pages(uoff, n, write, false, |_| Ok(()))
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned and ODP
     /// memory (holding the ODP umems' mutexes, in address order, up to 64 KiB at a time),
     /// through a bounce buffer when kernel memory takes part. A side `faults` does not let
@@ -674,16 +699,17 @@ impl MrShared {
     }
 
     /// Performs `op` on the 64-bit word at offset `off`; returns its old value. Kernel memory
-    /// takes no atomics (its MR grants no remote access).
-    pub(crate) fn atomic(&self, off: usize, op: AtomicOp) -> Result<u64> {
+    /// takes no atomics (its MR grants no remote access). Without `fault`, an ODP page must be
+    /// mapped already (else [`crate::odp::UNMAPPED`]).
+    pub(crate) fn atomic(&self, off: usize, op: AtomicOp, fault: bool) -> Result<u64> {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().atomic(off, op),
             Memory::Kernel => Err(EINVAL),
             Memory::Odp(o) => {
                 // An aligned word never crosses a child boundary: one piece.
                 let mut old = 0;
-                o.each(off, 8, |u, uoff, _, _| {
-                    old = u.with_pages(uoff, 8, true, true, |v| v.atomic(uoff, op))?;
+                o.each_in(off, 8, fault, |u, uoff, _, _| {
+                    old = u.with_pages(uoff, 8, true, fault, |v| v.atomic(uoff, op))?;
                     Ok(())
                 })?;
                 Ok(old)

@@ -45,10 +45,11 @@ const ATTEMPTS: u32 = 256;
 /// The error of an access that may not fault (see [`Faults`]) and found a page unmapped.
 pub(crate) const UNMAPPED: Error = ENODATA;
 
-/// Which sides of a copy may fault missing pages in. The responder copies from and to the
-/// requester's memory with the target QP's lock held, where a fault could wait for ever on user
-/// space (a FUSE daemon behind a `MAP_SHARED` mapping); there it uses only pages the requester
-/// faulted in itself, and an unmapped page fails the copy with [`UNMAPPED`].
+/// Which sides of a copy may fault missing pages in. The responder copies between the
+/// requester's memory and its own on the requester's worker, holding the requester's send side
+/// and its own receive side, where a fault could wait for ever on user space (a FUSE daemon
+/// behind a `MAP_SHARED` mapping); there neither side faults, and an unmapped page fails the
+/// copy with [`UNMAPPED`] (the requester, or the responder's fault work, faults it).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Faults {
     /// The destination may fault.

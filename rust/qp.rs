@@ -10,7 +10,7 @@
 use crate::{
     cq::CqShared,
     device::{Device, Pd, UContext},
-    engine::{Scratch, Seg},
+    engine::{FaultState, Scratch, Seg},
     ib::{
         abi::{self, RecvWqe, SendWqe, Sge, Wc},
         event::Events,
@@ -199,6 +199,13 @@ pub(crate) struct QpShared {
     pub(crate) rq: Mutex<RecvSide>,
     #[pin]
     work: Work<QpShared>,
+    /// Faults of this QP's own ODP memory that its responder met (`engine::fault`): taken
+    /// under `rq`, never held across a fault.
+    #[pin]
+    pub(crate) fault: Mutex<FaultState>,
+    /// Runs those faults, on the module's workqueue.
+    #[pin]
+    fault_work: Work<QpShared, 1>,
     /// Wakes the requester when a backoff ends.
     #[pin]
     timer: HrTimer<QpShared>,
@@ -210,6 +217,7 @@ pub(crate) struct QpShared {
 
 impl_has_work! {
     impl HasWork<Self> for QpShared { self.work }
+    impl HasWork<Self, 1> for QpShared { self.fault_work }
 }
 
 impl_has_hr_timer! {
@@ -229,6 +237,14 @@ impl WorkItem for QpShared {
 
     fn run(this: Arc<QpShared>) {
         crate::engine::run_send_queue(&this);
+    }
+}
+
+impl WorkItem<1> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        crate::engine::run_fault(&this);
     }
 }
 
@@ -418,6 +434,8 @@ impl Qp {
                         segs,
                     }),
                     work <- new_work!("QpShared::work"),
+                    fault <- new_mutex!(FaultState::new()),
+                    fault_work <- new_work!("QpShared::fault_work"),
                     timer <- HrTimer::new(),
                     backoff_armed: Atomic::new(false),
                     events: events.clone(),
@@ -745,7 +763,7 @@ impl QpShared {
 
     /// Schedules the requester.
     pub(crate) fn kick(self: &Arc<Self>) {
-        let _ = wq::get().enqueue(self.clone());
+        let _ = wq::get().enqueue::<_, 0>(self.clone());
     }
 
     /// The attribute generation (see the field).

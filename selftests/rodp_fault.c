@@ -24,6 +24,16 @@
  * request), and a watchdog process (its own process group, without the /dev/fuse descriptor)
  * aborts it if the test process dies or has not finished within WATCHDOG_MS.
  *
+ * stalled_fuse_target: the reverse. The attacker (uid 65534) owns the responder: two RC QPs and
+ * an ODP MR (remote write and read) over a MAP_PRIVATE writable mapping of the FUSE file, never
+ * read, so that a fault of it (copy-on-write needs the file's page first) sends a READ the
+ * stalled daemon holds. Root's victim WRITEs into the attacker's rkey and READs from it. While
+ * the attacker's fault waits, the victim's dereg_mr of its own MR, modify_qp to ERR and
+ * destroy_qp, and the unrelated pair's transfer finish within seconds (the responder's fault
+ * runs on the attacker QP's own work, not the victim's requester). After the daemon answers,
+ * a second victim QP (connected to the attacker's second QP) writes and reads the attacker's
+ * memory correctly.
+ *
  * long_chain_does_not_starve: a QP with a chain of 1 MiB writes does not delay the small
  * writes of another QP (a requester run ends after 1 MiB and is queued again).
  */
@@ -65,6 +75,12 @@ struct shared {
 	union ibv_gid gid;
 	uint64_t addr;		/* victim buffer */
 	uint32_t rkey;
+	/* stalled_fuse_target: the attacker's QPs and MR, the second victim, the connection. */
+	uint32_t tqpn[2];
+	uint64_t taddr;
+	uint32_t trkey;
+	uint32_t vqpn2;
+	atomic_int connected;
 };
 
 /* The daemon: answers every request at once, but READs while stalled are kept for later. */
@@ -377,6 +393,60 @@ static int attacker(struct shared *sh, int fuse_fd)
 	return 0;
 }
 
+/*
+ * The attacker as a responder (uid 65534): two RC QPs (to the two victims) and an ODP MR over a
+ * private writable mapping of the FUSE file; posts nothing, waits until told to stop.
+ */
+static int target(struct shared *sh, int fuse_fd)
+{
+	struct ibv_qp *qp[2];
+	struct ibv_mr *mr;
+	struct ibv_cq *cq;
+	struct dev d;
+	void *map;
+	int fd;
+
+	close(fuse_fd);
+	if (become_nobody())
+		return 10;
+	fd = open(MNT "/f", O_RDONLY);
+	if (fd < 0)
+		return 11;
+	map = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED || madvise(map, FSIZE, MADV_RANDOM))
+		return 12;
+	if (dev_open(&d, "rodp0"))
+		return 13;
+	cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
+	qp[0] = cq ? make_qp(&d, cq, cq, IBV_QPT_RC, NULL) : NULL;
+	qp[1] = cq ? make_qp(&d, cq, cq, IBV_QPT_RC, NULL) : NULL;
+	mr = ibv_reg_mr(d.pd, map, FSIZE, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE |
+			IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!qp[0] || !qp[1] || !mr)
+		return 14;
+	sh->taddr = (uintptr_t)map;
+	sh->trkey = mr->rkey;
+	sh->tqpn[0] = qp[0]->qp_num;
+	sh->tqpn[1] = qp[1]->qp_num;
+	sh->qpn[1] = qp[1]->qp_num;
+	while (!sh->qpn[0] && !sh->stop)
+		usleep(1000);
+	if (rc_connect(qp[0], &d, sh->qpn[0], &sh->gid, &rc_default) ||
+	    rc_connect(qp[1], &d, sh->vqpn2, &sh->gid, &rc_default))
+		return 15;
+	sh->connected = 1;
+	while (!sh->stop)
+		usleep(10000);
+	ibv_destroy_qp(qp[0]);
+	ibv_destroy_qp(qp[1]);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	dev_close(&d);
+	munmap(map, FSIZE);
+	close(fd);
+	return 0;
+}
+
 FIXTURE(fault) {
 	struct dev d;
 	struct daemon dm;
@@ -388,6 +458,11 @@ FIXTURE(fault) {
 	char *buf;
 	struct ibv_mr *mr;
 	struct rc_pair other;
+	/* stalled_fuse_target's second victim */
+	struct ibv_cq *cq2;
+	struct ibv_qp *victim2;
+	char *buf2;
+	struct ibv_mr *mr2;
 };
 
 FIXTURE_SETUP(fault)
@@ -456,6 +531,14 @@ FIXTURE_TEARDOWN(fault)
 		ibv_destroy_cq(self->cq);
 	if (self->buf)
 		munmap(self->buf, FSIZE);
+	if (self->victim2)
+		ibv_destroy_qp(self->victim2);
+	if (self->mr2)
+		ibv_dereg_mr(self->mr2);
+	if (self->cq2)
+		ibv_destroy_cq(self->cq2);
+	if (self->buf2)
+		munmap(self->buf2, FSIZE);
 	rc_pair_close(&self->other);
 	if (self->mounted)
 		umount2(MNT, MNT_DETACH);
@@ -587,6 +670,151 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 	ASSERT_EQ(0, WEXITSTATUS(status)) TH_LOG("attacker exit code");
 	TH_LOG("attacker's last completion: status %d", self->sh->result - 1);
 	ASSERT_LT(0, self->sh->result);
+	/* The unrelated pair still works. */
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
+					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
+}
+
+/* The victim's verbs of stalled_fuse_target: each one's duration, -1 until it returned. */
+struct victim_ops2 {
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	atomic_long ms[3];	/* dereg_mr, modify_qp to ERR, destroy_qp */
+	atomic_int ret[3];
+};
+
+static void *victim2_main(void *arg)
+{
+	struct victim_ops2 *v = arg;
+	long t0 = now_ms();
+
+	v->ret[0] = ibv_dereg_mr(v->mr);
+	v->ms[0] = now_ms() - t0;
+	t0 = now_ms();
+	v->ret[1] = qp_to_err(v->qp);
+	v->ms[1] = now_ms() - t0;
+	t0 = now_ms();
+	v->ret[2] = ibv_destroy_qp(v->qp);
+	v->ms[2] = now_ms() - t0;
+	return NULL;
+}
+
+#define TLEN (64 << 10)
+
+TEST_F_TIMEOUT(fault, stalled_fuse_target, 300)
+{
+	static const char *const what[3] = { "dereg_mr", "modify_qp to ERR", "destroy_qp" };
+	struct victim_ops2 v = { .ms = { -1, -1, -1 } };
+	struct ibv_wc wc;
+	pthread_t vt;
+	int status;
+	long t0;
+
+	/* The victim's buffers and QPs (the second one for after the stall). */
+	self->buf = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	self->buf2 = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, self->buf);
+	ASSERT_NE(MAP_FAILED, self->buf2);
+	self->mr = ibv_reg_mr(self->d.pd, self->buf, FSIZE, ALL_ACCESS);
+	self->mr2 = ibv_reg_mr(self->d.pd, self->buf2, FSIZE, ALL_ACCESS);
+	self->cq = ibv_create_cq(self->d.ctx, 256, NULL, NULL, 0);
+	self->cq2 = ibv_create_cq(self->d.ctx, 256, NULL, NULL, 0);
+	ASSERT_NE(NULL, self->mr);
+	ASSERT_NE(NULL, self->mr2);
+	ASSERT_NE(NULL, self->cq);
+	ASSERT_NE(NULL, self->cq2);
+	self->victim = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	self->victim2 = make_qp(&self->d, self->cq2, self->cq2, IBV_QPT_RC, NULL);
+	ASSERT_NE(NULL, self->victim);
+	ASSERT_NE(NULL, self->victim2);
+	ASSERT_EQ(0, rc_pair_open(&self->other, &self->d, NULL, 4096, &rc_default));
+
+	self->sh->gid = self->d.gid;
+	self->child = fork();
+	ASSERT_LE(0, self->child);
+	if (!self->child)
+		_exit(target(self->sh, self->dm.fd));
+	t0 = now_ms();
+	while (!self->sh->qpn[1] && now_ms() - t0 < 30000)
+		usleep(1000);
+	ASSERT_NE(0, self->sh->qpn[1]) TH_LOG("the attacker did not set up (see its exit code)");
+	ASSERT_EQ(0, rc_connect(self->victim, &self->d, self->sh->tqpn[0], &self->d.gid,
+				&rc_default));
+	ASSERT_EQ(0, rc_connect(self->victim2, &self->d, self->sh->tqpn[1], &self->d.gid,
+				&rc_default));
+	self->sh->vqpn2 = self->victim2->qp_num;
+	self->sh->qpn[0] = self->victim->qp_num;
+	t0 = now_ms();
+	while (!self->sh->connected && now_ms() - t0 < 30000)
+		usleep(1000);
+	ASSERT_TRUE(self->sh->connected);
+
+	/* The daemon holds every READ: the attacker's pages were never read. */
+	pthread_mutex_lock(&self->dm.lock);
+	self->dm.stall = 1;
+	pthread_mutex_unlock(&self->dm.lock);
+	fill(self->buf, FSIZE, 3);
+	ASSERT_EQ(0, post_send(self->victim, IBV_WR_RDMA_WRITE, self->buf, TLEN, self->mr->lkey,
+			       self->sh->taddr, self->sh->trkey, 0, 1));
+	ASSERT_EQ(0, post_send(self->victim, IBV_WR_RDMA_READ, self->buf + HALF, TLEN,
+			       self->mr->lkey, self->sh->taddr + HALF, self->sh->trkey, 0, 2));
+	t0 = now_ms();
+	while (!pending(&self->dm) && now_ms() - t0 < 30000)
+		usleep(2000);
+	ASSERT_LT(0, pending(&self->dm)) TH_LOG("no fault reached the stalled daemon");
+	usleep(200000);
+
+	/* While the attacker's fault waits for the daemon: */
+	t0 = now_ms();
+	EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
+					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
+	EXPECT_GT(STALL_MS, now_ms() - t0) TH_LOG("an unrelated QP waited");
+	v.qp = self->victim;
+	v.mr = self->mr;
+	ASSERT_EQ(0, pthread_create(&vt, NULL, victim2_main, &v));
+	t0 = now_ms();
+	while (v.ms[2] < 0 && now_ms() - t0 < 3 * STALL_MS)
+		usleep(1000);
+	for (int i = 0; i < 3; i++) {
+		EXPECT_LE(0, v.ms[i]) TH_LOG("the victim's %s hung", what[i]);
+		EXPECT_GT(STALL_MS, v.ms[i]) TH_LOG("the victim's %s took %ld ms", what[i],
+						    (long)v.ms[i]);
+		EXPECT_EQ(0, v.ret[i]) TH_LOG("the victim's %s failed", what[i]);
+	}
+	EXPECT_LT(0, pending(&self->dm)) TH_LOG("the stall ended by itself");
+
+	/* The daemon answers: the attacker's fault ends; the victim's verbs had returned. */
+	unstall(&self->dm);
+	pthread_join(vt, NULL);
+	self->victim = NULL;
+	self->mr = NULL;
+	/* Whatever completed on the destroyed QP was flushed or failed, never a success. */
+	while (ibv_poll_cq(self->cq, 1, &wc) == 1)
+		EXPECT_NE(IBV_WC_SUCCESS, wc.status) TH_LOG("wr %lu", (unsigned long)wc.wr_id);
+
+	/* A fresh transfer to the attacker's memory, then reads of it, are correct. */
+	fill(self->buf2, TLEN, 5);
+	ASSERT_EQ(0, post_send(self->victim2, IBV_WR_RDMA_WRITE, self->buf2, TLEN,
+			       self->mr2->lkey, self->sh->taddr, self->sh->trkey, 0, 1));
+	ASSERT_EQ(1, poll1(self->cq2, &wc, 60000));
+	ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(0, post_send(self->victim2, IBV_WR_RDMA_READ, self->buf2 + TLEN, TLEN,
+			       self->mr2->lkey, self->sh->taddr, self->sh->trkey, 0, 2));
+	ASSERT_EQ(1, poll1(self->cq2, &wc, 60000));
+	ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(0, memcmp(self->buf2, self->buf2 + TLEN, TLEN));
+	ASSERT_EQ(0, post_send(self->victim2, IBV_WR_RDMA_READ, self->buf2 + HALF, TLEN,
+			       self->mr2->lkey, self->sh->taddr + HALF, self->sh->trkey, 0, 3));
+	ASSERT_EQ(1, poll1(self->cq2, &wc, 60000));
+	ASSERT_EQ(IBV_WC_SUCCESS, wc.status);
+	for (size_t i = 0; i < TLEN; i++)
+		ASSERT_EQ(file_byte(HALF + i), (unsigned char)self->buf2[HALF + i]);
+
+	self->sh->stop = 1;
+	ASSERT_EQ(self->child, waitpid(self->child, &status, 0));
+	self->child = 0;
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status)) TH_LOG("attacker exit code");
 	/* The unrelated pair still works. */
 	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
 					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));

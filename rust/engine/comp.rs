@@ -42,6 +42,9 @@ pub(super) enum Exec {
     Rnr(u8),
     /// No answer: retry later.
     NoAnswer,
+    /// The responder faults its own memory in: run again when its fault work schedules this
+    /// QP (no timer, no retry counted).
+    Wait,
 }
 
 /// The transport timer: 4.096 us * 2^code; code 0 means "infinite", retried every 10 ms here.
@@ -92,6 +95,7 @@ pub(super) fn complete(
     let stats = &qp.tables.stats;
     let (status, byte_len) = match exec {
         Exec::Done(s, l) => (s, l),
+        Exec::Wait => return false,
         Exec::Rnr(timer) => {
             stats.inc(Counter::RcvdRnrErr);
             let left = sq.rnr_left.get_or_insert(a.rnr_retry);

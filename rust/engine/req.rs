@@ -205,7 +205,7 @@ fn execute(
             }
         }
         let need = if read_like { access::LOCAL_WRITE } else { 0 };
-        match resolve(qp, sges, need, segs) {
+        match resolve(qp, sges, need, segs, true) {
             Ok(len) => (None, len),
             // Every local key, right or range fault is a local protection error.
             Err(_) => return Exec::Done(WcStatus::LocProtErr, 0),
@@ -224,6 +224,7 @@ fn execute(
         return Exec::Done(WcStatus::LocLenErr, 0);
     }
     let mut msg = Message {
+        from: qp,
         opcode: op,
         src_qpn: qp.qpn,
         // Set with the destination below.
@@ -307,6 +308,7 @@ fn execute(
         Reply::Nak(Nak::Access) => Exec::Done(WcStatus::RemAccessErr, 0),
         Reply::Nak(Nak::Op) => Exec::Done(WcStatus::RemOpErr, 0),
         Reply::Rnr(t) => Exec::Rnr(t),
+        Reply::Wait => Exec::Wait,
         Reply::Drop if qp.qp_type.is_ud() => Exec::Done(WcStatus::Success, 0),
         Reply::Drop => Exec::NoAnswer,
         // `deliver_mapped` answers it.
@@ -329,6 +331,7 @@ fn deliver_mapped(
 ) -> Option<Reply> {
     for _ in 0..DELIVERIES {
         *moved = moved.saturating_add(msg.len);
+        // `Reply::Wait` returns: the responder's fault work schedules this QP again.
         match deliver(dest, msg) {
             Reply::Retry => refault(segs, write).ok()?,
             r => return Some(r),
@@ -370,6 +373,8 @@ fn multicast(
     }
     for d in &dests {
         // The datagram's pages are faulted in again for each receiver that finds one unmapped.
+        // A receiver whose own buffer is not mapped loses it (`Reply::Wait`: its fault is
+        // queued for the next datagram), as an unreliable datagram may be lost.
         let segs = match msg.data {
             Src::Segs(s) => s,
             Src::Inline(_) => &[],

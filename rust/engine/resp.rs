@@ -4,14 +4,19 @@
 //! it on the QP's memory and receive queue, completes receives, and answers with an ACK, a NAK
 //! or an RNR NAK.
 //!
-//! It runs on the requester's worker with the receiving QP's receive side locked, a lock of
-//! another user. So it never waits for anything the requester's user controls: it faults only
-//! the receiving QP's own ODP memory, and copies from and to the requester's memory only the
-//! pages the requester has mapped (the requester faulted them in before delivering). When one
-//! of them went away in between, the message is given up with [`Reply::Retry`]: a receive WQE
-//! it took stays pending for the next delivery, and the requester faults again and retries.
+//! It runs on the requester's worker with the receiving QP's receive side locked, holding the
+//! requester's send side: so it never faults and never waits for anything user space
+//! controls. It uses the receiving QP's own ODP memory only where it is mapped: for a missing
+//! page it hands exactly the range it needs to the receiving QP's own fault work
+//! ([`super::fault`]) and answers [`Reply::Wait`]; the requester runs again when that fault
+//! ends, and the retried delivery finds the pages, or the fault's failure, and ends as a
+//! failed fault always did. It copies from and to the requester's memory only the pages the
+//! requester has mapped (the requester faulted them in before delivering). When one of them
+//! went away in between, the message is given up with [`Reply::Retry`]: the requester faults
+//! again and retries. Either way a receive WQE taken stays pending for the next delivery.
 
 use super::{
+    fault::{self, Want},
     packet::grh,
     xfer::{resolve, transfer, Seg, Src},
     Message, Nak, Reply, GRH_LEN,
@@ -117,21 +122,77 @@ fn recv_err(dst: &QpShared, m: &Message<'_>, pending: &mut bool, wr_id: u64, sta
     recv_done(dst, pending, &recv_wc(dst, m, wr_id, status), false);
 }
 
-/// The data copy into the responder's memory (which may fault) from the requester's (which
-/// must be mapped), and the answer when it fails: [`Reply::Retry`] for an unmapped page of the
-/// requester.
-fn copy_in(dst: &[Seg], skip: usize, m: &Message<'_>) -> Result<(), Reply> {
-    let faults = Faults {
-        dst: true,
-        src: false,
-    };
-    transfer(dst, skip, m.data, m.len, faults).map_err(|e| {
-        if e == UNMAPPED {
-            Reply::Retry
-        } else {
-            Reply::Nak(Nak::Op)
-        }
-    })
+/// Neither side faults during delivery.
+const MAPPED: Faults = Faults {
+    dst: false,
+    src: false,
+};
+
+/// Why the responder's own memory is not usable now.
+enum Miss {
+    /// Its fault is queued on the QP's fault work, which schedules the requester again.
+    Wait,
+    /// Its fault failed (a hole, read-only memory, ...), as a synchronous fault could.
+    Failed,
+}
+
+/// Hands the fault of `len` bytes at `off` of `mr`, the responder's own memory, to the QP's
+/// fault work (see [`Miss`]).
+fn wait_for(
+    dst: &Arc<QpShared>,
+    m: &Message<'_>,
+    mr: &MrRef,
+    off: usize,
+    len: usize,
+    write: bool,
+) -> Miss {
+    match fault::ask(dst, m.from, Want::new(mr.shared(), off, len, write)) {
+        Ok(()) => Miss::Wait,
+        Err(_) => Miss::Failed,
+    }
+}
+
+/// Whether `len` bytes at `off` of `mr`, the responder's own memory, are mapped (writable when
+/// `write`); when they are not, their fault goes to the QP's fault work.
+fn own(
+    dst: &Arc<QpShared>,
+    m: &Message<'_>,
+    mr: &MrRef,
+    off: usize,
+    len: usize,
+    write: bool,
+) -> Result<(), Miss> {
+    match mr.mapped(off, len, write) {
+        Ok(()) => Ok(()),
+        Err(e) if e == UNMAPPED => Err(wait_for(dst, m, mr, off, len, write)),
+        Err(_) => Err(Miss::Failed),
+    }
+}
+
+/// [`own`] for each of `segs`, in order.
+fn own_segs(dst: &Arc<QpShared>, m: &Message<'_>, segs: &[Seg], write: bool) -> Result<(), Miss> {
+    segs.iter()
+        .try_for_each(|s| own(dst, m, &s.mr, s.off, s.len, write))
+}
+
+/// The answer to a copy at the responder that failed with `e`; `segs` are the responder's side
+/// of it. An unmapped page is the responder's own (its fault is queued) or else the
+/// requester's ([`Reply::Retry`]).
+fn copy_failed(dst: &Arc<QpShared>, m: &Message<'_>, segs: &[Seg], write: bool, e: Error) -> Reply {
+    if e != UNMAPPED {
+        return Reply::Nak(Nak::Op);
+    }
+    match own_segs(dst, m, segs, write) {
+        Ok(()) => Reply::Retry,
+        Err(Miss::Wait) => Reply::Wait,
+        Err(Miss::Failed) => Reply::Nak(Nak::Op),
+    }
+}
+
+/// The data copy into the responder's memory `dst` from the requester's, both of which must be
+/// mapped, and the answer when it fails.
+fn copy_in(qp: &Arc<QpShared>, dst: &[Seg], skip: usize, m: &Message<'_>) -> Result<(), Reply> {
+    transfer(dst, skip, m.data, m.len, MAPPED).map_err(|e| copy_failed(qp, m, dst, true, e))
 }
 
 fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
@@ -146,9 +207,16 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     } = rq;
     let wr_id = slot.wr_id;
     segs.clear();
-    let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs) {
+    // The receive buffers: their keys, then their pages, which must be mapped (a hole or
+    // read-only memory is a local protection error, as for the requester).
+    let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs, false)
+        .map_err(|_| Miss::Failed)
+        .and_then(|n| own_segs(dst, m, segs, true).map(|()| n))
+    {
         Ok(n) => n,
-        Err(_) => {
+        // The WQE stays pending.
+        Err(Miss::Wait) => return Reply::Wait,
+        Err(Miss::Failed) => {
             recv_err(dst, m, pending, wr_id, WcStatus::LocProtErr);
             return Reply::Nak(Nak::Op);
         }
@@ -165,13 +233,13 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     let mut flags = 0;
     if let Some(ud) = &m.ud {
         let h = grh(&ud.sgid, &ud.dgid, m.len as u32, ud.hop_limit, ud.tclass);
-        if transfer(segs, 0, Src::Inline(&h), GRH_LEN, Faults::ALL).is_err() {
-            return Reply::Nak(Nak::Op);
+        if let Err(e) = transfer(segs, 0, Src::Inline(&h), GRH_LEN, MAPPED) {
+            return copy_failed(dst, m, segs, true, e);
         }
         flags |= wc_flags::GRH;
     }
-    // An unmapped page of the sender leaves the receive WQE pending for the next delivery.
-    if let Err(r) = copy_in(segs, skip, m) {
+    // An unmapped page leaves the receive WQE pending for the next delivery.
+    if let Err(r) = copy_in(dst, segs, skip, m) {
         return r;
     }
     let mut wc = recv_wc(dst, m, wr_id, WcStatus::Success);
@@ -194,9 +262,10 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     Reply::Ack(0)
 }
 
-/// The responder's MR for an RDMA or atomic access, or the NAK to send.
+/// The responder's MR for an RDMA or atomic access, or the answer: a NAK, or [`Reply::Wait`]
+/// while its pages are faulted in.
 fn remote_mr(
-    dst: &QpShared,
+    dst: &Arc<QpShared>,
     m: &Message<'_>,
     len: usize,
     right: u32,
@@ -210,9 +279,11 @@ fn remote_mr(
         .remote(dst, m.rkey, m.remote_addr, len as u64, right)
         .map_err(|_| Reply::Nak(Nak::Access))?;
     // ODP: pages that cannot be faulted in (a hole, read-only memory) deny the access.
-    mr.touch(off, len, right != access::REMOTE_READ)
-        .map_err(|_| Reply::Nak(Nak::Access))?;
-    Ok((mr, off))
+    match own(dst, m, &mr, off, len, right != access::REMOTE_READ) {
+        Ok(()) => Ok((mr, off)),
+        Err(Miss::Wait) => Err(Reply::Wait),
+        Err(Miss::Failed) => Err(Reply::Nak(Nak::Access)),
+    }
 }
 
 fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
@@ -238,8 +309,8 @@ fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
             off,
             len: m.len,
         }];
-        // Data placed before an unmapped page of the writer stays; the retry writes it again.
-        if let Err(r) = copy_in(&seg, 0, m) {
+        // Data placed before an unmapped page stays; the retry writes it again.
+        if let Err(r) = copy_in(dst, &seg, 0, m) {
             return r;
         }
     }
@@ -254,7 +325,7 @@ fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     Reply::Ack(0)
 }
 
-fn read(dst: &QpShared, m: &Message<'_>) -> Reply {
+fn read(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     if dst.max_dest_rd_atomic.load(Acquire) == 0 {
         return Reply::Nak(Nak::InvReq);
     }
@@ -270,19 +341,14 @@ fn read(dst: &QpShared, m: &Message<'_>) -> Reply {
         off,
         len: m.len,
     }];
-    // Into the reader's memory, which must be mapped.
-    let faults = Faults {
-        dst: false,
-        src: true,
-    };
-    match transfer(m.read_into, 0, Src::Segs(&seg), m.len, faults) {
+    // Into the reader's memory; both sides must be mapped.
+    match transfer(m.read_into, 0, Src::Segs(&seg), m.len, MAPPED) {
         Ok(()) => Reply::Ack(0),
-        Err(e) if e == UNMAPPED => Reply::Retry,
-        Err(_) => Reply::Nak(Nak::Op),
+        Err(e) => copy_failed(dst, m, &seg, false, e),
     }
 }
 
-fn atomic(dst: &QpShared, m: &Message<'_>) -> Reply {
+fn atomic(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     let Some(op) = m.atomic else {
         return Reply::Nak(Nak::InvReq);
     };
@@ -293,8 +359,13 @@ fn atomic(dst: &QpShared, m: &Message<'_>) -> Reply {
         Ok(t) => t,
         Err(r) => return r,
     };
-    match mr.atomic(off, op) {
+    match mr.atomic(off, op, false) {
         Ok(orig) => Reply::Ack(orig),
+        // Invalidated since `remote_mr` found it mapped.
+        Err(e) if e == UNMAPPED => match wait_for(dst, m, &mr, off, 8, true) {
+            Miss::Wait => Reply::Wait,
+            Miss::Failed => Reply::Nak(Nak::InvReq),
+        },
         Err(_) => Reply::Nak(Nak::InvReq),
     }
 }

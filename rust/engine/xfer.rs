@@ -54,20 +54,24 @@ pub(crate) enum Src<'a> {
 }
 
 /// Resolves scatter/gather entries against `qp`'s keys with rights `need`; returns the total
-/// length.
+/// length. With `fault`, ODP ranges are faulted in (the requester's own memory, on its own
+/// worker); the responder, which must not fault there, checks them itself.
 pub(super) fn resolve(
     qp: &QpShared,
     sges: &[Sge],
     need: u32,
     out: &mut KVec<Seg>,
+    fault: bool,
 ) -> Result<usize, Fault> {
     let mut total: u64 = 0;
     for s in sges.iter().filter(|s| s.length > 0) {
         let mr = qp.tables.mr(s.lkey).ok_or(Fault::Key)?;
         let off = mr.check(qp.pd, s.addr, s.length.into(), need)?;
         // ODP: the pages must exist (a hole or read-only memory is a local protection error).
-        mr.touch(off, s.length as usize, need & access::LOCAL_WRITE != 0)
-            .map_err(|_| Fault::Range)?;
+        if fault {
+            mr.touch(off, s.length as usize, need & access::LOCAL_WRITE != 0)
+                .map_err(|_| Fault::Range)?;
+        }
         total += u64::from(s.length);
         // Held after the fault, so deregistration never waits for one; refused if the MR was
         // deregistered or re-registered meanwhile.
