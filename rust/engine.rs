@@ -13,12 +13,14 @@
 //! changing the requester, the responder or the verbs layer.
 
 mod comp;
+mod net;
 mod packet;
 mod req;
 mod resp;
 mod xfer;
 
 pub(crate) use comp::backoff_expired;
+pub(crate) use net::Binding;
 pub(crate) use packet::Gid;
 pub(crate) use req::run_send_queue;
 pub(crate) use xfer::{Scratch, Seg};
