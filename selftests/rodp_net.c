@@ -6,52 +6,77 @@
  * that arrives on the device's netdev (or a VLAN on it) counts in rcvd_pkts and, until the
  * transport exists, in rcvd_dropped_pkts; what anyone sends there is only ever counted.
  *
- * The peer is a network namespace, rodp_net, holding rnet1, the other end of rnet0 (the
- * device's netdev): datagrams from there really arrive on rnet0. Addresses: 198.18.0.1/.2,
- * fd52::1/::2, and on VLAN 7 198.19.0.1/.2.
+ * The test kernel has no network namespaces, so datagrams from this host are made to arrive
+ * on veth0 by policy routing: the local table's rule moves from priority 0 to 1000, and a rule
+ * at 100 sends what this host itself sends to 198.18.0.1 / fd52::1 (on veth0) and 198.19.0.1
+ * (VLAN 7 on veth0) out of veth1 / veth1.7 instead (neighbours static), so it comes back in
+ * on veth0 as from another host. The teardown puts the rules back.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <time.h>
 #include "rodp_test.h"
 #include "kselftest_harness.h"
 
 #define ROCE_PORT 4791
-#define NS "rodp_net"
 #define CNT "/sys/class/infiniband/rodp0/ports/1/hw_counters/"
 
-/* The peer namespace and the veth pair (and VLAN 7 on it), neighbours resolved statically. */
-static int make_peer(void)
-{
-	char mac[64] = "";
-
-	sh(NULL, 0, "ip netns del " NS);
-	if (sh(NULL, 0, "ip netns add " NS) ||
-	    sh(NULL, 0, "ip link add rnet0 type veth peer name rnet1 netns " NS) ||
-	    sh(NULL, 0, "ip link add link rnet0 name rnet0.7 type vlan id 7") ||
-	    sh(NULL, 0, "ip addr add 198.18.0.1/24 dev rnet0 && ip addr add 198.19.0.1/24 dev rnet0.7"
-			" && ip -6 addr add fd52::1/64 dev rnet0 nodad"
-			" && ip link set rnet0 up && ip link set rnet0.7 up") ||
-	    sh(NULL, 0, "ip netns exec " NS " sh -c 'ip link set lo up && ip link set rnet1 up"
-			" && ip link add link rnet1 name rnet1.7 type vlan id 7 && ip link set rnet1.7 up"
-			" && ip addr add 198.18.0.2/24 dev rnet1 && ip addr add 198.19.0.2/24 dev rnet1.7"
-			" && ip -6 addr add fd52::2/64 dev rnet1 nodad'") ||
-	    sh(mac, sizeof(mac), "cat /sys/class/net/rnet0/address"))
-		return -1;
-	mac[strcspn(mac, "\n")] = 0;
-	return sh(NULL, 0, "ip netns exec " NS " sh -c 'ip neigh replace 198.18.0.1 lladdr %s dev rnet1"
-			   " && ip neigh replace 198.19.0.1 lladdr %s dev rnet1.7"
-			   " && ip -6 neigh replace fd52::1 lladdr %s dev rnet1'", mac, mac, mac);
-}
+static const char *const peer_up[] = {
+	"ip link add link veth0 name veth0.7 type vlan id 7",
+	"ip link add link veth1 name veth1.7 type vlan id 7",
+	"ip link set veth0.7 up && ip link set veth1.7 up",
+	"ip addr add 198.18.0.1/32 dev veth0 && ip addr add 198.18.0.2/32 dev veth1",
+	"ip addr add 198.19.0.1/32 dev veth0.7 && ip addr add 198.19.0.2/32 dev veth1.7",
+	"ip -6 addr add fd52::1/128 dev veth0 nodad && ip -6 addr add fd52::2/128 dev veth1 nodad",
+	"for c in veth0.7 veth1.7; do sysctl -qw net.ipv4.conf.$c.accept_local=1"
+	" net.ipv4.conf.$c.rp_filter=0; done",
+	"M=$(cat /sys/class/net/veth0/address) && ip neigh replace 198.18.0.1 lladdr $M dev veth1"
+	" && ip neigh replace 198.19.0.1 lladdr $M dev veth1.7"
+	" && ip -6 neigh replace fd52::1 lladdr $M dev veth1",
+	"ip route add 198.18.0.1/32 dev veth1 src 198.18.0.2 table 4791",
+	"ip route add 198.19.0.1/32 dev veth1.7 src 198.19.0.2 table 4791",
+	"ip -6 route add fd52::1/128 dev veth1 src fd52::2 table 4791",
+	"ip rule add pref 1000 lookup local && ip rule del pref 0 lookup local",
+	"ip -6 rule add pref 1000 lookup local && ip -6 rule del pref 0 lookup local",
+	"ip rule add pref 100 iif lo to 198.18.0.1 lookup 4791",
+	"ip rule add pref 100 iif lo to 198.19.0.1 lookup 4791",
+	"ip -6 rule add pref 100 iif lo to fd52::1 lookup 4791",
+	"ip route get 198.18.0.1 | grep -q 'dev veth1 '",
+	"ip route get 198.19.0.1 | grep -q 'dev veth1.7 '",
+	"ip -6 route get fd52::1 | grep -q 'dev veth1 '",
+};
 
 static void del_peer(void)
 {
-	/* rnet1 goes with the namespace, and rnet0 (and its VLAN) with it. */
-	sh(NULL, 0, "ip netns del " NS "; ip link del rnet0");
+	sh(NULL, 0, "ip rule | grep -q '^0:.*lookup local' || ip rule add pref 0 lookup local;"
+		    "ip -6 rule | grep -q '^0:.*lookup local' || ip -6 rule add pref 0 lookup local;"
+		    "while ip rule del pref 1000 lookup local; do :; done;"
+		    "while ip -6 rule del pref 1000 lookup local; do :; done;"
+		    "while ip rule del pref 100; do :; done; while ip -6 rule del pref 100; do :; done;"
+		    "ip route flush table 4791; ip -6 route flush table 4791;"
+		    "ip link del veth0.7; ip link del veth1.7;"
+		    "ip addr del 198.18.0.1/32 dev veth0; ip addr del 198.18.0.2/32 dev veth1;"
+		    "ip -6 addr del fd52::1/128 dev veth0; ip -6 addr del fd52::2/128 dev veth1;"
+		    "ip neigh del 198.18.0.1 dev veth1; ip -6 neigh del fd52::1 dev veth1");
+}
+
+/* The addresses and routes above; on failure says which command failed and how. */
+static int make_peer(struct __test_metadata *_metadata)
+{
+	char out[512];
+
+	ensure_netdevs();
+	del_peer();
+	for (size_t i = 0; i < sizeof(peer_up) / sizeof(peer_up[0]); i++) {
+		if (sh(out, sizeof(out), "%s", peer_up[i])) {
+			TH_LOG("%s: %s", peer_up[i], out);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 static int fill_addr(const char *ip, struct sockaddr_storage *ss, socklen_t *len)
@@ -72,11 +97,9 @@ static int fill_addr(const char *ip, struct sockaddr_storage *ss, socklen_t *len
 	return inet_pton(AF_INET, ip, &a4->sin_addr) == 1 ? 0 : -1;
 }
 
-/*
- * Sends n datagrams of len bytes (a byte pattern) to ip:4791 from the peer namespace, as
- * nobody if asked; 0 when every send succeeded.
- */
-static int send_from_peer(const char *ip, int n, size_t len, int nobody)
+/* Sends n datagrams of len bytes (a byte pattern) to ip:4791, as nobody if asked; 0 when every
+ * send succeeded. */
+static int send_to(const char *ip, int n, size_t len, int nobody)
 {
 	pid_t pid = fork();
 	int st;
@@ -87,10 +110,9 @@ static int send_from_peer(const char *ip, int n, size_t len, int nobody)
 		struct sockaddr_storage ss;
 		socklen_t sl;
 		char *buf = calloc(1, len + 1);
-		int nsfd = open("/run/netns/" NS, O_RDONLY);
 		int fd;
 
-		if (!buf || nsfd < 0 || setns(nsfd, CLONE_NEWNET))
+		if (!buf)
 			_exit(101);
 		if (nobody && become_nobody())
 			_exit(102);
@@ -168,8 +190,8 @@ FIXTURE(net) {};
 
 FIXTURE_SETUP(net)
 {
-	ASSERT_EQ(0, make_peer());
-	ASSERT_EQ(0, link_add("rodp0", "rnet0"));
+	ASSERT_EQ(0, make_peer(_metadata));
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 }
 
 FIXTURE_TEARDOWN(net)
@@ -194,14 +216,14 @@ TEST_F(net, port_bound_then_released_by_delete)
 
 TEST_F(net, devices_of_a_namespace_share_the_port)
 {
-	ASSERT_EQ(0, link_add("rodp1", "veth0"));
+	ASSERT_EQ(0, link_add("rodp1", "veth1"));
 	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET));
 	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp1"));
 	EXPECT_EQ(0, bind_errno(AF_INET));
 	EXPECT_EQ(0, bind_errno(AF_INET6));
 	/* And the next device binds it again. */
-	ASSERT_EQ(0, link_add("rodp0", "rnet0"));
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET));
 }
 
@@ -212,12 +234,12 @@ TEST_F(net, datagrams_counted_exactly)
 
 	ASSERT_LE(0, rcvd);
 	ASSERT_LE(0, dropped);
-	ASSERT_EQ(0, send_from_peer("198.18.0.1", 40, 100, 0));
+	ASSERT_EQ(0, send_to("198.18.0.1", 40, 100, 0));
 	EXPECT_EQ(rcvd + 40, settle("rcvd_pkts", rcvd + 40));
-	ASSERT_EQ(0, send_from_peer("fd52::1", 30, 100, 0));
+	ASSERT_EQ(0, send_to("fd52::1", 30, 100, 0));
 	EXPECT_EQ(rcvd + 70, settle("rcvd_pkts", rcvd + 70));
 	/* Through a VLAN on the device's netdev. */
-	ASSERT_EQ(0, send_from_peer("198.19.0.1", 20, 100, 0));
+	ASSERT_EQ(0, send_to("198.19.0.1", 20, 100, 0));
 	EXPECT_EQ(rcvd + 90, settle("rcvd_pkts", rcvd + 90));
 	EXPECT_EQ(dropped + 90, read_long(CNT "rcvd_dropped_pkts"));
 }
@@ -226,12 +248,12 @@ TEST_F(net, datagrams_of_another_netdev_count_nowhere)
 {
 	long rcvd;
 
-	/* rodp0 lives on veth0 now; rnet0 has no device. */
+	/* rodp0 lives on veth1 now; veth0 has no device. */
 	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
-	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	ASSERT_EQ(0, link_add("rodp0", "veth1"));
 	rcvd = read_long(CNT "rcvd_pkts");
 	ASSERT_LE(0, rcvd);
-	ASSERT_EQ(0, send_from_peer("198.18.0.1", 10, 100, 0));
+	ASSERT_EQ(0, send_to("198.18.0.1", 10, 100, 0));
 	usleep(500000);
 	EXPECT_EQ(rcvd, read_long(CNT "rcvd_pkts"));
 }
@@ -242,11 +264,11 @@ TEST_F(net, unprivileged_garbage_is_only_counted)
 	long dropped = read_long(CNT "rcvd_dropped_pkts");
 
 	ASSERT_LE(0, rcvd);
-	ASSERT_EQ(0, send_from_peer("198.18.0.1", 10, 0, 1));
-	ASSERT_EQ(0, send_from_peer("198.18.0.1", 10, 1, 1));
-	ASSERT_EQ(0, send_from_peer("198.18.0.1", 3, 65507, 1));
-	ASSERT_EQ(0, send_from_peer("fd52::1", 10, 0, 1));
-	ASSERT_EQ(0, send_from_peer("fd52::1", 3, 65527, 1));
+	ASSERT_EQ(0, send_to("198.18.0.1", 10, 0, 1));
+	ASSERT_EQ(0, send_to("198.18.0.1", 10, 1, 1));
+	ASSERT_EQ(0, send_to("198.18.0.1", 3, 65507, 1));
+	ASSERT_EQ(0, send_to("fd52::1", 10, 0, 1));
+	ASSERT_EQ(0, send_to("fd52::1", 3, 65527, 1));
 	EXPECT_EQ(rcvd + 36, settle("rcvd_pkts", rcvd + 36));
 	EXPECT_EQ(dropped + 36, read_long(CNT "rcvd_dropped_pkts"));
 	/* The device still works. */

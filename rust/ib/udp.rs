@@ -192,7 +192,7 @@ impl<'a> Packet<'a> {
     }
 }
 
-/// What a [`Tunnel`] hands its datagrams to.
+/// What a [`Tunnel`] hands its datagrams to (8-byte aligned: checked at compile time).
 pub(crate) trait Receiver: Send + Sync + 'static {
     /// Called for each datagram received, in softirq context under RCU: must not sleep (no
     /// mutex, no `GFP_KERNEL`, only interrupt-safe spinlocks), and must not keep `pkt`. The
@@ -298,6 +298,9 @@ impl<T: Receiver> Tunnel<T> {
     /// A handle on the tunnel of `port` in `net`, binding it with the receiver `make` returns
     /// when no handle exists (`EADDRINUSE` when another socket has the port). Sleeps.
     pub(crate) fn get(net: &Net, port: u16, make: impl FnOnce() -> Result<Arc<T>>) -> Result<Self> {
+        // The socket's user data is a pointer whose low three bits carry flags
+        // (`SK_USER_DATA_PTRMASK`): the receiver must be 8-byte aligned.
+        const { assert!(core::mem::align_of::<T>() >= 8) };
         let ty = TypeId::of::<T>();
         let mut shared = SHARED.lock();
         if let Some(e) = shared
@@ -649,6 +652,7 @@ mod tests {
     }
 
     /// Counts what it receives from loopback with the payload it expects.
+    #[repr(align(8))]
     struct Count(Atomic<u32>);
 
     impl Receiver for Count {
