@@ -392,6 +392,10 @@ impl<T: Receiver> Drop for Tunnel<T> {
             if shared[i].users == 0 {
                 // Releases the port before the lock (and then `rx`) goes.
                 drop(shared.remove(i));
+                if shared.is_empty() {
+                    // The static is never dropped: free its buffer while nothing is shared.
+                    *shared = KVec::new();
+                }
             }
         }
     }
@@ -435,7 +439,11 @@ impl Pernet {
     /// Called by the namespace code with a namespace being dismantled (still alive).
     unsafe extern "C" fn exit_cb(net: *mut bindings::net) {
         // The sockets are released here, while the namespace is alive.
-        SHARED.lock().retain(|e| e.net != net as usize);
+        let mut shared = SHARED.lock();
+        shared.retain(|e| e.net != net as usize);
+        if shared.is_empty() {
+            *shared = KVec::new();
+        }
     }
 }
 
@@ -444,6 +452,9 @@ impl PinnedDrop for Pernet {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: Registered in `new`. This calls `exit` for every namespace alive.
         unsafe { bindings::unregister_pernet_subsys(self.ops.get()) };
+        // The static outlives the module's data: leave no buffer behind (there are no
+        // handles left, so there are no entries either).
+        *SHARED.lock() = KVec::new();
     }
 }
 
@@ -673,6 +684,10 @@ mod tests {
         let lo4 = ipv4_mapped([127, 0, 0, 1]);
         let mut lo6 = [0u8; 16];
         lo6[15] = 1;
+        // Nothing asserted while the tunnel lives: a failed assertion ends the test thread
+        // without dropping it.
+        let mut seen = [0u32; 2];
+        let mut sent = [false; 2];
         for (i, a) in [lo4, lo6].iter().enumerate() {
             let d = Datagram {
                 src: a,
@@ -682,17 +697,21 @@ mod tests {
                 ttl: 64,
                 tclass: 0,
             };
-            send(Net::init(), 1, &d, 10, |h, p| {
-                assert_eq!(h.len(), if i == 0 { 28 } else { 48 });
+            let hlen = if i == 0 { 28 } else { 48 };
+            sent[i] = send(Net::init(), 1, &d, 10, |h, p| {
+                if h.len() != hlen {
+                    return Err(EINVAL);
+                }
                 p.copy_from_slice(b"rodp-kunit");
                 Ok(())
-            })?;
+            })
+            .is_ok();
             let mut waited = 0;
             while rx.0.load(Relaxed) < i as u32 + 1 && waited < 1000 {
                 kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
                 waited += 10;
             }
-            assert_eq!(rx.0.load(Relaxed), i as u32 + 1);
+            seen[i] = rx.0.load(Relaxed);
         }
         // A cancelled send sends nothing.
         let d = Datagram {
@@ -703,9 +722,15 @@ mod tests {
             ttl: 64,
             tclass: 0,
         };
-        assert!(send(Net::init(), 1, &d, 10, |_, _| Err(EINVAL)).is_err());
+        let cancelled = send(Net::init(), 1, &d, 10, |_, _| Err(EINVAL));
         drop(tunnel);
+        assert!(sent[0] && sent[1]);
+        assert_eq!(seen, [1, 2]);
+        assert!(cancelled.is_err());
         assert_eq!(rx.0.load(Relaxed), 2);
+        // The port is free again.
+        let again = Tunnel::get(Net::init(), PORT, || Ok(rx.clone()));
+        assert!(again.is_ok());
         Ok(())
     }
 }
