@@ -75,4 +75,31 @@ struct nlattr *rodp_helper_nl_nest_start(struct sk_buff *msg, int attr);
 void rodp_helper_nl_nest_end(struct sk_buff *msg, struct nlattr *nest);
 void rodp_helper_nl_nest_cancel(struct sk_buff *msg, struct nlattr *nest);
 
+/* UDP tunnel sockets and UDP/IP transmit (rust/ib/udp.rs). */
+struct net;
+struct sock;
+struct dst_entry;
+struct net *rodp_helper_dev_net(const struct net_device *ndev);
+int rodp_helper_netdev_ifindex(const struct net_device *ndev);
+struct net *rodp_helper_init_net_ptr(void);
+int rodp_helper_udp_tunnel_open(struct net *net, bool ipv6, u16 port,
+				int (*rcv)(struct sock *sk, struct sk_buff *skb), void *user,
+				struct sock **skp);
+void rodp_helper_udp_tunnel_close(struct sock *sk);
+void *rodp_helper_sk_user_data(struct sock *sk);
+u8 *rodp_helper_udp_rx(struct sk_buff *skb, unsigned int *len, u8 **nh, unsigned int *nh_len,
+		       int *ifindex, int *lower_ifindex);
+void rodp_helper_kfree_skb(struct sk_buff *skb);
+struct dst_entry *rodp_helper_route4(struct net *net, int oif, const u8 *saddr, const u8 *daddr);
+struct dst_entry *rodp_helper_route6(struct net *net, int oif, const u8 *saddr, const u8 *daddr);
+long rodp_helper_ptr_err(const void *p);
+void rodp_helper_dst_release(struct dst_entry *dst);
+struct sk_buff *rodp_helper_udp_skb_alloc(struct dst_entry *dst, unsigned int hdr_len,
+					  unsigned int len);
+u8 *rodp_helper_skb_data(struct sk_buff *skb);
+u8 *rodp_helper_udp_skb_push(struct sk_buff *skb, struct dst_entry *dst, unsigned int ip_len,
+			     bool ipv6);
+void rodp_helper_ip_select_ident(struct sk_buff *skb);
+int rodp_helper_udp_local_out(struct sk_buff *skb, bool ipv6);
+
 #endif

@@ -4,7 +4,7 @@
 //! `rxe_net.c` and the query verbs of `rxe_verbs.c`).
 
 use crate::{
-    ah, cq,
+    ah, cq, engine,
     ib::{
         self,
         device::{
@@ -82,6 +82,8 @@ impl Drop for Alive {
 
 /// The driver data of one rodp device.
 pub(crate) struct Rodp {
+    /// Its netdev's namespace's RoCEv2 port (dropped first: nothing is received afterwards).
+    _net: engine::Binding,
     /// `sys_image_guid`, from the netdev's MAC address.
     guid_be: u64,
     /// Protection domains allocated, at most `MAX_PD`.
@@ -114,11 +116,12 @@ pub(crate) type UContext = ib::object::UContext<Rodp>;
 pub(crate) type Pd = ib::object::Pd<Rodp>;
 
 impl Rodp {
-    fn new(name: &CStr, guid_be: u64, alive: Alive) -> Result<Self> {
+    fn new(name: &CStr, ndev: &NetDev, guid_be: u64, alive: Alive) -> Result<Self> {
         let odp = OdpCounters::new()?;
         let debugfs = stats::debugfs(name, odp.clone())?;
         let tables = Arc::pin_init(Tables::new(odp), GFP_KERNEL)?;
         Ok(Self {
+            _net: engine::Binding::new(ndev, tables.clone())?,
             guid_be,
             pds: Limit::new(MAX_PD)?,
             cqs: Limit::new(cq::MAX_CQ)?,
@@ -561,7 +564,7 @@ impl Link for Rodp {
             node_desc: c"rodp",
             owner: MODULE,
         };
-        ib::Device::<Rodp>::register(&new, Rodp::new(name, guid_be, alive)).map_err(|e| {
+        ib::Device::<Rodp>::register(&new, Rodp::new(name, ndev, guid_be, alive)).map_err(|e| {
             // ib_core says ENFILE when the name is taken (nldev rejects the '%' patterns that
             // could also run out of numbers); EEXIST says what happened.
             if e == ENFILE {

@@ -15,6 +15,7 @@
 
 mod comp;
 mod fault;
+mod net;
 mod packet;
 mod req;
 mod resp;
@@ -22,6 +23,7 @@ mod xfer;
 
 pub(crate) use comp::backoff_expired;
 pub(crate) use fault::{run as run_fault, FaultState};
+pub(crate) use net::Binding;
 pub(crate) use packet::Gid;
 pub(crate) use req::run_send_queue;
 pub(crate) use xfer::{Scratch, Seg};

@@ -24,6 +24,7 @@ pub(crate) mod odp;
 mod ops;
 pub(crate) mod random;
 pub(crate) mod udata;
+pub(crate) mod udp;
 pub(crate) mod umem;
 pub(crate) mod verbs;
 pub(crate) mod wq;

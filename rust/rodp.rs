@@ -44,12 +44,15 @@ module! {
 
 /// The module: the `rodp` link type, alive from load to unload.
 ///
-/// Fields drop in order: the link registration removes every device (and so every QP) before
-/// the workqueue the engine runs on is drained and destroyed.
+/// Fields drop in order: the link registration removes every device (and so every QP and every
+/// UDP tunnel) before the namespace exit callback goes and the workqueue the engine runs on is
+/// drained and destroyed.
 #[pin_data]
 struct RodpModule {
     #[pin]
     link: ib::link::Registration<device::Rodp>,
+    #[pin]
+    _pernet: ib::udp::Pernet,
     _wq: ib::wq::ModuleQueue,
     _debugfs: ib::debugfs::Root,
 }
@@ -59,6 +62,7 @@ impl kernel::InPlaceModule for RodpModule {
         try_pin_init!(Self {
             _debugfs: ib::debugfs::Root::new(),
             _wq: ib::wq::ModuleQueue::new()?,
+            _pernet <- ib::udp::Pernet::new(),
             link <- ib::link::Registration::new(),
         })
     }

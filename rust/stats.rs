@@ -50,10 +50,14 @@ pub(crate) enum Counter {
     /// Messages an RC responder dropped because they did not come from its connected peer
     /// (another QP number or source GID than its `dest_qp_num` and route's `dgid`).
     RcvdPeerErr,
+    /// RoCEv2 packets the device received from the network that no QP took (today every one:
+    /// the transport does not exist yet). After the ODP totals in [`NAMES`].
+    RcvdDroppedPkts = ODP_FIRST + ODP_NAMES.len(),
 }
 
-/// The names, in `Counter` order, then the ODP totals (see [`read_odp`]).
-pub(crate) static NAMES: [StatDesc; 19] = [
+/// The names, in `Counter` order, with the ODP totals (see [`read_odp`]) between the first
+/// counters and those added later (an index, once shown, never changes).
+pub(crate) static NAMES: [StatDesc; 20] = [
     StatDesc::new(c"sent_pkts"),
     StatDesc::new(c"rcvd_pkts"),
     StatDesc::new(c"sent_bytes"),
@@ -73,13 +77,14 @@ pub(crate) static NAMES: [StatDesc; 19] = [
     StatDesc::new(c"num_invalidation_pages"),
     StatDesc::new(c"num_prefetches_handled"),
     StatDesc::new(c"invalidations_faults_contentions"),
+    StatDesc::new(c"rcvd_dropped_pkts"),
 ];
 
 /// Index of the first ODP counter in [`NAMES`].
 pub(crate) const ODP_FIRST: usize = 13;
 
 /// The ODP totals of [`NAMES`], also the files of `<ibdev>/odp_stats/` in sysfs.
-pub(crate) const ODP_NAMES: &[StatDesc] = NAMES.split_at(ODP_FIRST).1;
+pub(crate) const ODP_NAMES: &[StatDesc] = NAMES.split_at(ODP_FIRST).1.split_at(6).0;
 
 /// Copies a device's ODP totals into their places in `out` (`NAMES` order).
 pub(crate) fn read_odp(c: &OdpCounters, out: &mut [u64]) {
@@ -118,13 +123,13 @@ fn show(v: &Atomic<u64>, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Res
     writeln!(f, "{}", v.load(Relaxed))
 }
 
-/// The counters of one device.
-pub(crate) struct Stats([Atomic<u64>; ODP_FIRST]);
+/// The counters of one device, indexed like [`NAMES`] (the ODP totals' slots unused).
+pub(crate) struct Stats([Atomic<u64>; NAMES.len()]);
 
 impl Stats {
     /// All zero.
     pub(crate) fn new() -> Self {
-        Self([const { Atomic::new(0) }; ODP_FIRST])
+        Self([const { Atomic::new(0) }; NAMES.len()])
     }
 
     /// Adds `n` to counter `c`.
@@ -137,7 +142,7 @@ impl Stats {
         self.add(c, 1);
     }
 
-    /// Copies the values out, in `NAMES` order.
+    /// Copies the values out, in `NAMES` order (zero in the ODP totals' places).
     pub(crate) fn read(&self, out: &mut [u64]) {
         for (o, v) in out.iter_mut().zip(self.0.iter()) {
             *o = v.load(Relaxed);
@@ -168,11 +173,13 @@ mod tests {
         let s = Stats::new();
         s.inc(Counter::SentPkts);
         s.add(Counter::RdmaRecvs, 5);
-        let mut out = [0u64; 19];
+        s.add(Counter::RcvdDroppedPkts, 3);
+        let mut out = [0u64; NAMES.len()];
         s.read(&mut out);
         assert_eq!(out[0], 1);
         assert_eq!(out[11], 5);
-        assert_eq!(out.iter().sum::<u64>(), 6);
+        assert_eq!(out[19], 3);
+        assert_eq!(out.iter().sum::<u64>(), 9);
         assert_eq!(NAMES.len(), out.len());
     }
 
@@ -181,10 +188,12 @@ mod tests {
         let c = OdpCounters::new()?;
         c.fault_pages.store(64, Relaxed);
         c.contentions.store(1, Relaxed);
-        let mut out = [7u64; 19];
+        let mut out = [7u64; NAMES.len()];
         read_odp(&c, &mut out);
         assert_eq!(out[12], 7);
-        assert_eq!(&out[ODP_FIRST..], &[0, 64, 0, 0, 0, 1]);
+        assert_eq!(&out[ODP_FIRST..ODP_FIRST + 6], &[0, 64, 0, 0, 0, 1]);
+        assert_eq!(out[19], 7);
+        assert_eq!(ODP_NAMES.len(), 6);
         Ok(())
     }
 }

@@ -350,3 +350,193 @@ void rodp_helper_cond_resched(void)
 {
 	cond_resched();
 }
+
+/* UDP tunnel sockets and UDP/IP transmit (rust/ib/udp.rs). */
+#include <net/udp_tunnel.h>
+#include <net/ip.h>
+#include <net/ipv6.h>
+#include <net/route.h>
+#include <net/net_namespace.h>
+
+struct net *rodp_helper_dev_net(const struct net_device *ndev)
+{
+	return dev_net(ndev);
+}
+
+int rodp_helper_netdev_ifindex(const struct net_device *ndev)
+{
+	return READ_ONCE(ndev->ifindex);
+}
+
+struct net *rodp_helper_init_net_ptr(void)
+{
+	return &init_net;
+}
+
+/*
+ * A kernel UDP socket of `net` bound to `port` (IPv4, or IPv6 only), set up as a UDP tunnel
+ * whose encap_rcv is `rcv` and whose sk_user_data is `user`. The configuration structures
+ * hold bitfields and unions under #if, which is why this is C.
+ */
+int rodp_helper_udp_tunnel_open(struct net *net, bool ipv6, u16 port,
+				int (*rcv)(struct sock *sk, struct sk_buff *skb), void *user,
+				struct sock **skp)
+{
+	struct udp_port_cfg cfg = {};
+	struct udp_tunnel_sock_cfg tnl = {};
+	struct socket *sock;
+	int err;
+
+	cfg.family = ipv6 ? AF_INET6 : AF_INET;
+	cfg.ipv6_v6only = ipv6;
+	cfg.local_udp_port = htons(port);
+	err = udp_sock_create(net, &cfg, &sock);
+	if (err)
+		return err;
+	tnl.sk_user_data = user;
+	tnl.encap_type = 1;
+	tnl.encap_rcv = rcv;
+	setup_udp_tunnel_sock(net, sock->sk, &tnl);
+	*skp = sock->sk;
+	return 0;
+}
+
+void rodp_helper_udp_tunnel_close(struct sock *sk)
+{
+	udp_tunnel_sock_release(sk);
+}
+
+void *rodp_helper_sk_user_data(struct sock *sk)
+{
+	return rcu_dereference_sk_user_data(sk);
+}
+
+/*
+ * A received UDP skb made linear: returns its UDP header (NULL if it cannot be made linear),
+ * with the UDP length, the IP header and its length, the ingress netdev's ifindex and, for a
+ * VLAN device, its real device's (else the same).
+ */
+u8 *rodp_helper_udp_rx(struct sk_buff *skb, unsigned int *len, u8 **nh, unsigned int *nh_len,
+		       int *ifindex, int *lower_ifindex)
+{
+	struct net_device *dev = skb->dev;
+	u8 *th;
+
+	if (!dev || skb_linearize(skb))
+		return NULL;
+	th = skb_transport_header(skb);
+	if (th < skb->data || th > skb_tail_pointer(skb))
+		return NULL;
+	*len = skb_tail_pointer(skb) - th;
+	*nh = skb_network_header(skb);
+	*nh_len = th - *nh;
+	*ifindex = dev->ifindex;
+	*lower_ifindex = is_vlan_dev(dev) ? vlan_dev_real_dev(dev)->ifindex : dev->ifindex;
+	return th;
+}
+
+void rodp_helper_kfree_skb(struct sk_buff *skb)
+{
+	kfree_skb(skb);
+}
+
+/* The route of a UDP flow from `saddr` to `daddr` out of `oif`: a dst or an ERR_PTR. */
+struct dst_entry *rodp_helper_route4(struct net *net, int oif, const u8 *saddr, const u8 *daddr)
+{
+	struct flowi4 fl = {
+		.flowi4_oif = oif,
+		.flowi4_proto = IPPROTO_UDP,
+	};
+	struct rtable *rt;
+
+	memcpy(&fl.saddr, saddr, 4);
+	memcpy(&fl.daddr, daddr, 4);
+	rt = ip_route_output_key(net, &fl);
+	return IS_ERR(rt) ? ERR_CAST(rt) : &rt->dst;
+}
+
+struct dst_entry *rodp_helper_route6(struct net *net, int oif, const u8 *saddr, const u8 *daddr)
+{
+#if IS_ENABLED(CONFIG_IPV6)
+	struct flowi6 fl6 = {
+		.flowi6_oif = oif,
+		.flowi6_proto = IPPROTO_UDP,
+	};
+	struct dst_entry *dst;
+	int err;
+
+	memcpy(&fl6.saddr, saddr, 16);
+	memcpy(&fl6.daddr, daddr, 16);
+	dst = ip6_dst_lookup_flow(net, NULL, &fl6, NULL);
+	if (!IS_ERR(dst) && dst->error) {
+		err = dst->error;
+		dst_release(dst);
+		return ERR_PTR(err);
+	}
+	return dst;
+#else
+	return ERR_PTR(-EAFNOSUPPORT);
+#endif
+}
+
+long rodp_helper_ptr_err(const void *p)
+{
+	return IS_ERR(p) ? PTR_ERR(p) : 0;
+}
+
+void rodp_helper_dst_release(struct dst_entry *dst)
+{
+	dst_release(dst);
+}
+
+/* An skb with `len` zeroed bytes of data and room for `hdr_len` bytes of headers below them. */
+struct sk_buff *rodp_helper_udp_skb_alloc(struct dst_entry *dst, unsigned int hdr_len,
+					  unsigned int len)
+{
+	unsigned int head = hdr_len + LL_RESERVED_SPACE(dst->dev);
+	struct sk_buff *skb = alloc_skb(head + len, GFP_ATOMIC);
+
+	if (!skb)
+		return NULL;
+	skb_reserve(skb, head);
+	skb_put_zero(skb, len);
+	return skb;
+}
+
+u8 *rodp_helper_skb_data(struct sk_buff *skb)
+{
+	return skb->data;
+}
+
+/*
+ * Pushes a UDP header and an IP header of `ip_len` bytes in front of the data, marks where
+ * they start, and hands `dst` (and its reference) to the skb. Returns the IP header.
+ */
+u8 *rodp_helper_udp_skb_push(struct sk_buff *skb, struct dst_entry *dst, unsigned int ip_len,
+			     bool ipv6)
+{
+	__skb_push(skb, sizeof(struct udphdr));
+	skb_reset_transport_header(skb);
+	__skb_push(skb, ip_len);
+	skb_reset_network_header(skb);
+	skb_dst_set(skb, dst);
+	skb->dev = dst->dev;
+	skb->protocol = htons(ipv6 ? ETH_P_IPV6 : ETH_P_IP);
+	return skb->data;
+}
+
+/* Fills the IPv4 header's identification, as the stack does for its own packets. */
+void rodp_helper_ip_select_ident(struct sk_buff *skb)
+{
+	__ip_select_ident(dev_net(skb_dst(skb)->dev), ip_hdr(skb), 1);
+}
+
+/* Sends a packet built above; the skb is consumed whatever the outcome. */
+int rodp_helper_udp_local_out(struct sk_buff *skb, bool ipv6)
+{
+	struct net *net = dev_net(skb_dst(skb)->dev);
+
+	if (ipv6)
+		return ip6_local_out(net, NULL, skb);
+	return ip_local_out(net, NULL, skb);
+}

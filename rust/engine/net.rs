@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RoCEv2 port of a network namespace, shared by the rodp devices whose netdevs are in it
+//! (rxe's `rxe_ns.c` and the receive side of `rxe_net.c`), and which device a received packet
+//! is for.
+//!
+//! The first device of a namespace binds UDP port 4791 there (IPv4 and IPv6), the last one's
+//! removal releases it before `rdma link delete` returns (rdma_rxe binds the same port). A
+//! packet belongs to the device whose netdev it arrived on, or, through a VLAN device, the
+//! device on the VLAN's real device; a packet for no device is dropped uncounted. Until the
+//! transport exists, every packet of a device counts in `rcvd_pkts` and `rcvd_dropped_pkts`
+//! and is dropped.
+
+use crate::{
+    ib::{
+        udp::{Packet, Receiver, Tunnel},
+        NetDev,
+    },
+    keys::Tables,
+    stats::Counter,
+};
+use kernel::{
+    new_spinlock_irq,
+    prelude::*,
+    sync::{Arc, SpinLockIrq},
+};
+
+/// The IANA port of RoCEv2.
+pub(crate) const ROCE_V2_PORT: u16 = 4791;
+
+/// A device receiving through its namespace's tunnel.
+struct Member {
+    ifindex: i32,
+    tables: Arc<Tables>,
+}
+
+/// The devices of one namespace, looked up in softirq context by ingress interface.
+#[pin_data]
+pub(crate) struct Receivers {
+    #[pin]
+    devs: SpinLockIrq<KVec<Member>>,
+}
+
+impl Receiver for Receivers {
+    fn receive(&self, pkt: &Packet<'_>) {
+        let devs = self.devs.lock();
+        let dev = devs
+            .iter()
+            .find(|m| m.ifindex == pkt.ifindex())
+            .or_else(|| devs.iter().find(|m| m.ifindex == pkt.lower_ifindex()));
+        if let Some(m) = dev {
+            m.tables.stats.inc(Counter::RcvdPkts);
+            // No QP takes a packet until the transport exists.
+            m.tables.stats.inc(Counter::RcvdDroppedPkts);
+        }
+    }
+}
+
+/// A device's membership in its namespace's tunnel: receives while it exists; the port is
+/// released with the last one of the namespace.
+pub(crate) struct Binding {
+    ifindex: i32,
+    tables: Arc<Tables>,
+    tunnel: Tunnel<Receivers>,
+}
+
+impl Binding {
+    /// Binds the device whose netdev is `ndev` and whose objects are `tables`. Sleeps.
+    pub(crate) fn new(ndev: &NetDev, tables: Arc<Tables>) -> Result<Self> {
+        let tunnel = Tunnel::get(ndev.net(), ROCE_V2_PORT, || {
+            Arc::pin_init(
+                pin_init!(Receivers {
+                    devs <- new_spinlock_irq!(KVec::new()),
+                }),
+                GFP_KERNEL,
+            )
+        })
+        .inspect_err(|e| {
+            pr_err!(
+                "cannot bind UDP port {ROCE_V2_PORT} in the namespace of {:?}: {e:?}\n",
+                ndev.name()
+            )
+        })?;
+        let ifindex = ndev.ifindex();
+        // GFP_ATOMIC under the interrupt-safe lock; a failure drops a clone of `tables` only.
+        tunnel.receiver().devs.lock().push(
+            Member {
+                ifindex,
+                tables: tables.clone(),
+            },
+            GFP_ATOMIC,
+        )?;
+        Ok(Self {
+            ifindex,
+            tables,
+            tunnel,
+        })
+    }
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        let removed = {
+            let mut devs = self.tunnel.receiver().devs.lock();
+            devs.iter()
+                .position(|m| m.ifindex == self.ifindex && Arc::ptr_eq(&m.tables, &self.tables))
+                .and_then(|i| devs.remove(i).ok())
+        };
+        // Dropped outside the interrupt-safe lock; the tunnel handle goes next.
+        drop(removed);
+    }
+}
