@@ -13,6 +13,7 @@ tools_tap=$res/tools.tap
 pair() {
 	name=$1
 	tools_n=$((tools_n + 1))
+	pair_t0=$(now)
 	for attempt in 1 2; do
 		log=$(mktemp)
 		timeout 120 $2 > "$log.s" 2>&1 &
@@ -35,6 +36,7 @@ pair() {
 		rm -f "$log" "$log.s" "$log.c"
 		break
 	done
+	timing "tools/$name" $(($(now) - pair_t0))
 }
 
 # tool NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG -d SERVER_DEV ARGS, then
