@@ -178,6 +178,14 @@ pair() {
 		-netdev "socket,id=n0,connect=127.0.0.1:$port" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:52:0d:02 </dev/null > "$logb" 2>&1 &
 	pb=$!
+	# Once one guest has ended (or its QEMU failed), the other gets 5 minutes more: it finishes
+	# its teardown in seconds, or it waits at a barrier for a peer that is gone.
+	wait -n $pa $pb || true
+	for _ in $(seq 300); do
+		kill -0 $pa 2>/dev/null || kill -0 $pb 2>/dev/null || break
+		sleep 1
+	done
+	kill $pa $pb 2>/dev/null || true
 	wait $pa || true
 	wait $pb || true
 	for g in a b; do
@@ -192,7 +200,8 @@ pair() {
 
 # Does RODP_TESTS ask for the two-guest phase?
 wants_pair() {
-	local g
+	local g -
+	set -f # globs of test names, not of files here
 	[ -z "${RODP_TESTS:-}" ] && return 0
 	for g in $RODP_TESTS; do
 		# shellcheck disable=SC2254
