@@ -53,7 +53,9 @@ use_driver() {
 }
 
 # Roles: ROLE server|client|ready ARGS. "ready" succeeds once the server half (started on A)
-# accepts clients. Each sees dev and gid (this guest's device) and addr_a (the server).
+# accepts clients. Each sees dev and gid (this guest's device) and addr_a (the server), and
+# runs its programs through run (120 s each at most).
+run() { timeout 120 "$@"; }
 
 # verbs PROG ARGS: a libibverbs example (ibv_rc_pingpong, ...); the two exchange their QP
 # addresses over TCP port 18515 before the RDMA traffic.
@@ -61,8 +63,8 @@ verbs() {
 	side=$1 prog=$2
 	shift 2
 	case $side in
-	server) $prog -d "$dev" -g "$gid" "$@" ;;
-	client) $prog -d "$dev" -g "$gid" "$@" "$addr_a" ;;
+	server) run "$prog" -d "$dev" -g "$gid" "$@" ;;
+	client) run "$prog" -d "$dev" -g "$gid" "$@" "$addr_a" ;;
 	ready) ss -Hltn 'sport = :18515' | grep -q . ;;
 	esac
 }
@@ -72,8 +74,8 @@ rping_role() {
 	side=$1
 	shift
 	case $side in
-	server) rping -s -a "$addr_a" -V "$@" ;;
-	client) rping -c -a "$addr_a" -V "$@" ;;
+	server) run rping -s -a "$addr_a" -V "$@" ;;
+	client) run rping -c -a "$addr_a" -V "$@" ;;
 	ready) rdma resource show cm_id 2>/dev/null | grep -q LISTEN ;;
 	esac
 }
@@ -109,7 +111,7 @@ case2() {
 	elif [ "$role" = a ]; then
 		ready=1
 		if [ $rc = 0 ]; then
-			timeout 120 $fn server "$@" > $out 2>&1 &
+			$fn server "$@" > $out 2>&1 &
 			spid=$!
 			# Up to 60 s for the server to listen (it may also die first).
 			for i in $(seq 300); do
@@ -121,14 +123,17 @@ case2() {
 		sync_peer "ready $n" $ready > /dev/null || lost=1
 		if [ $rc = 0 ]; then
 			# Without a ready server or a peer no client comes: do not wait for one.
-			[ $ready = 0 ] && [ $lost = 0 ] || kill $spid 2>/dev/null
+			if [ $ready != 0 ] || [ $lost != 0 ]; then
+				pkill -P $spid
+				kill $spid 2>/dev/null
+			fi
 			wait $spid || rc=$?
 		fi
 		[ $ready = 0 ] || rc=1
 	else
 		if ! peer=$(sync_peer "ready $n"); then lost=1 rc=1; fi
 		if [ $rc = 0 ] && [ "$peer" = 0 ]; then
-			timeout 120 $fn client "$@" > $out 2>&1 || rc=$?
+			$fn client "$@" > $out 2>&1 || rc=$?
 		else
 			rc=1
 			echo "server not ready" > $out
