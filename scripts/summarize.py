@@ -108,37 +108,42 @@ def guest(results, log, label):
 
 
 def read_times(path):
-    """NAME<TAB>SECONDS lines, in order."""
+    """NAME<TAB>SECONDS[<TAB>BUSY VCPU SECONDS] lines, in order."""
     rows = []
     for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        name, _, secs = line.rpartition("\t")
-        if name and secs.strip().isdigit():
-            rows.append((name, int(secs)))
+        f = line.split("\t")
+        if len(f) >= 2 and all(x.strip().isdigit() for x in f[1:3]):
+            rows.append((f[0], int(f[1]), int(f[2]) if len(f) > 2 else None))
     return rows
 
 
 def print_times(host, guests):
-    """The time table: host steps, then each guest's phases (parts of a phase, "PHASE/PART",
-    only the slowest)."""
+    """The time table: host steps, then each guest's phases with how many of its vCPUs were
+    busy on average (parts of a phase, "PHASE/PART": only the slowest)."""
     rows = read_times(host) if host else []
     if not rows and not guests:
         return
     print("time (s):")
-    for name, secs in rows:
-        print(f"  {secs:6d}  {name}")
+    for name, secs, _ in rows:
+        print(f"  {secs:6d}        {name}")
+
+    def row(name, secs, busy):
+        cpus = f"{busy / secs:4.2f}" if busy is not None and secs else "    "
+        print(f"  {secs:6d}  {cpus}    {name}")
+
     for label, results in guests:
         rows = read_times(results / "times")
         if not rows:
             continue
-        print(f"  guest {label}:")
-        for name, secs in rows:
-            if "/" not in name:
-                print(f"  {secs:6d}    {name}")
+        print(f"  guest {label} (seconds, busy vCPUs on average):")
+        for r in rows:
+            if "/" not in r[0]:
+                row(*r)
         parts = sorted((r for r in rows if "/" in r[0]), key=lambda r: -r[1])
         if parts:
             print(f"  guest {label}, slowest parts:")
-            for name, secs in parts[:12]:
-                print(f"  {secs:6d}    {name}")
+            for r in parts[:12]:
+                row(*r)
 
 
 def main():

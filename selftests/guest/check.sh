@@ -3,13 +3,13 @@
 # Each test program and phase prints "== NAME (N s)" when it ends and records its time in
 # results/times (the host's summary prints the table).
 . /mnt/rodp/lib.sh
-timing boot "$(now)"
+timing boot 0,0
 make_netdevs
 res=/mnt/rodp/results
 kml_clear
 t0=$(now)
 modprobe rodp || echo "modprobe rodp failed"
-timing "modprobe rodp (KUnit)" $(($(now) - t0))
+timing "modprobe rodp (KUnit)" "$t0"
 mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null
 dmesg > "$res/kunit.dmesg"
 filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
@@ -31,27 +31,26 @@ for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 		echo 1 > "$c"
 	done
 	awk '$3 ~ /^fuse/ { print $2 }' /proc/mounts | xargs -r -n1 umount -l
-	el=$(($(now) - t0))
+	timing "$name" "$t0"
 	echo "== $name ($el s)"
-	timing "$name" $el
 done
 # rdma-core's and perftest's programs (not filtered out by RODP_TESTS=rodp_*).
 case "$filter" in
 *tools*|'*')
 	echo "== tools"; t0=$(now)
 	. /mnt/rodp/tools.sh
-	el=$(($(now) - t0)); echo "== tools ($el s)"; timing tools $el ;;
+	timing tools "$t0"; echo "== tools ($el s)" ;;
 esac
 case "$filter" in
 *pyverbs*|'*')
 	echo "== pyverbs"; t0=$(now)
 	. /mnt/rodp/pyverbs.sh
-	el=$(($(now) - t0)); echo "== pyverbs ($el s)"; timing pyverbs $el ;;
+	timing pyverbs "$t0"; echo "== pyverbs ($el s)" ;;
 esac
 # Leave nothing behind, so that the log shows any splat teardown would cause.
 t0=$(now)
 rdma_links_delete
 rmmod rodp 2>/dev/null || true
 kml_report
-timing "teardown, kmemleak scan" $(($(now) - t0))
+timing "teardown, kmemleak scan" "$t0"
 exit 0

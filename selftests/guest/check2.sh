@@ -7,7 +7,7 @@
 # peer fails the run rather than stalling it. A writes results/check2.tap (a case passes when
 # both halves exit 0); both guests record their times, kernel log and kmemleak report.
 . /mnt/rodp/lib.sh
-timing boot "$(now)"
+timing boot 0,0
 res=/mnt/rodp/results
 role=$(cat /mnt/rodp/role)
 addr_a=198.18.0.1
@@ -142,9 +142,8 @@ case2() {
 	peer=1
 	if [ $lost = 0 ]; then peer=$(sync_peer "done $n" $rc) || lost=1; fi
 	cat $out
-	el=$(($(now) - t0))
+	timing "$name" "$t0"
 	echo "== $name ($el s): here $rc, peer ${peer:-none}"
-	timing "$name" $el
 	[ "$role" = a ] || return 0
 	if [ $rc = 0 ] && [ "$peer" = 0 ] && [ $lost = 0 ]; then
 		echo "ok $n $name" >> "$res/check2.tap"
@@ -167,7 +166,7 @@ cases() {
 # The first barrier waits for the other guest to boot.
 t0=$(now)
 if sync_peer hello "" 900 > /dev/null; then
-	timing "wait for the peer" $(($(now) - t0))
+	timing "wait for the peer" "$t0"
 	mode=count
 	cases
 	[ "$role" = a ] && printf 'TAP version 13\n1..%s\n' $planned > "$res/check2.tap"
@@ -182,5 +181,5 @@ rdma_links_delete
 rmmod rdma_rxe 2>/dev/null
 rmmod rodp 2>/dev/null
 kml_report
-timing "teardown, kmemleak scan" $(($(now) - t0))
+timing "teardown, kmemleak scan" "$t0"
 exit 0

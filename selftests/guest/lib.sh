@@ -42,13 +42,19 @@ pingpong() {
 	[ $src -eq 0 ] && [ $crc -eq 0 ]
 }
 
-# Elapsed seconds (the guest's uptime: under TCG its clock follows the host's).
-now() { cut -d. -f1 /proc/uptime; }
+# now: a reading of the clocks, "SECONDS,BUSY": the guest's uptime (under TCG its clock follows
+# the host's) and the CPU time its vCPUs have spent busy (not idle), both in seconds.
+now() {
+	awk '/^cpu / { b = ($2 + $3 + $4 + $7 + $8 + $9) / 100 }
+	     END { getline u < "/proc/uptime"; printf "%d,%d\n", u, b }' /proc/stat
+}
 
-# timing NAME SECONDS: records a phase's duration in results/times (NAME<TAB>SECONDS; a NAME
-# with a "/" is a part of the phase before it). The host's summary prints the table.
+# timing NAME START: records the time since START (a reading of now) in results/times, as
+# NAME<TAB>SECONDS<TAB>BUSY VCPU SECONDS ("PHASE/PART" is a part of PHASE, which has a line of
+# its own; the host's summary prints the table); sets el to the seconds.
 timing() {
-	printf '%s\t%s\n' "$1" "$2" >> /mnt/rodp/results/times
+	el=$(($(now | cut -d, -f1) - ${2%,*}))
+	printf '%s\t%s\t%s\n' "$1" "$el" $(($(now | cut -d, -f2) - ${2#*,})) >> /mnt/rodp/results/times
 }
 
 # Kernel memory leaks: kml_clear forgets what boot left (before the module under test loads);

@@ -36,7 +36,7 @@ pair() {
 		rm -f "$log" "$log.s" "$log.c"
 		break
 	done
-	timing "tools/$name" $(($(now) - pair_t0))
+	timing "tools/$name" "$pair_t0"
 }
 
 # tool NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG -d SERVER_DEV ARGS, then
