@@ -93,15 +93,18 @@ guest_share() {
 	echo "$d"
 }
 
-# qemu_cmd SHARE MEM CPUS: the guest's QEMU command line (without accelerator and NICs) in
-# the array qemu.
+# qemu_cmd SHARE MEM CPUS [KUNIT]: the guest's QEMU command line (without accelerator and
+# NICs) in the array qemu; KUNIT=off boots with KUnit disabled (rodp.ko then loads without
+# running its suites).
 qemu_cmd() {
+	local kunit="kunit.enable=1 kunit.autorun=1"
+	[ "${4:-}" = off ] && kunit="kunit.enable=0"
 	qemu=(qemu-system-x86_64 -M pc -m "$2" -smp "$3" -nographic -no-reboot
 	      -kernel "$kdir/arch/x86/boot/bzImage"
 	      -drive "file=$rootfs,if=virtio,format=raw,snapshot=on"
 	      -fsdev "local,id=fs0,path=$1,security_model=none"
 	      -device virtio-9p-pci,fsdev=fs0,mount_tag=rodp
-	      -append "root=/dev/vda rw console=ttyS0 init=/sbin/rodp-init panic=-1 kunit.enable=1 kunit.autorun=1 no5lvl")
+	      -append "root=/dev/vda rw console=ttyS0 init=/sbin/rodp-init panic=-1 $kunit no5lvl")
 }
 # no5lvl: with QEMU's "max" CPU the kernel would switch to 5-level paging, and an interrupt
 # that lands in early boot (identify_cpu) then trips KASAN on the irq descriptor's lock
@@ -133,7 +136,7 @@ mkdir -p "$RODP_CACHE/logs"
 logname() { echo "$RODP_CACHE/logs/$1${RODP_RUN_ID:+-$RODP_RUN_ID}.log"; }
 summary=()
 
-# The single guest: demo, check or bench.
+# The single guest: demo or bench.
 single() {
 	local d logf rc
 	d=$(guest_share 1 "$task")
@@ -145,6 +148,66 @@ single() {
 	rc=$(cat "$d/rc" 2>/dev/null || echo 124)
 	summary+=("$d/results" "$logf")
 	return "$rc"
+}
+
+# `check` runs its work as two guests at once, one vCPU each (the host has two cores; one
+# guest of two vCPUs kept only 1.02-1.11 of them busy): guest A runs KUnit and the rodp_*
+# programs, guest B the programs in b_programs (self-contained: they depend on no other
+# program having run in the same boot), then tools.sh and pyverbs.sh. Each guest has its own
+# share (results/, and "part": a or b, which check.sh reads). When both boot, B boots with
+# KUnit disabled and a file "no-kunit" in its share (A runs the suites, the summary counts
+# them once). RODP_TESTS decides which guests boot:
+# A when a selected rodp_* program is not in b_programs (or nothing is selected for B, so that
+# KUnit still runs), B when tools, pyverbs or a program in b_programs is selected.
+b_programs="rodp_device rodp_data"
+printf '%s\n' "$b_programs" > "$share/b-programs"
+# split_parts: "a", "b" or "a b", the guests RODP_TESTS asks for.
+split_parts() {
+	local g t n a= b= progs=("$RODP_TOP"/selftests/build/rodp_*) -
+	set -f # globs of test names, not of files here
+	for g in ${RODP_TESTS:-rodp_* tools pyverbs}; do
+		case $g in *tools*|*pyverbs*) b=b ;; esac
+		for t in "${progs[@]}"; do
+			n=${t##*/}
+			[ -x "$t" ] || continue
+			# shellcheck disable=SC2254
+			case $n in $g) ;; *) continue ;; esac
+			case " $b_programs " in *" $n "*) b=b ;; *) a=a ;; esac
+		done
+	done
+	[ -n "$b" ] || a=a
+	echo $a $b
+}
+split() {
+	local p d logf rc=0 pids=() dirs=() parts
+	parts=$(split_parts)
+	for p in $parts; do
+		d=$(guest_share "check-$p" check)
+		echo "$p" > "$d/part"
+		logf=$(logname "check-$p")
+		# rodp_odp_stress and rodp_odp_cost want 4 GiB; tools and pyverbs do with 3.
+		if [ "$p" = a ]; then
+			qemu_cmd "$d" 4G 1
+		elif [ "$parts" = b ]; then
+			qemu_cmd "$d" 3G 1
+		else
+			touch "$d/no-kunit"
+			qemu_cmd "$d" 3G 1 off
+		fi
+		log "booting guest $p ($accel) for 'check'; serial log: $logf"
+		# Each guest's lines on the terminal as they come, prefixed with its name.
+		( timeout $((limit + 120)) "${qemu[@]}" "${accel_args[@]}" -nic none </dev/null 2>&1 |
+			tee "$logf" | sed -un '/^RODP-GUEST-UP/,$p' | grep --line-buffered -v '^\[' |
+			sed -u "s/^/$p| /" || true ) &
+		pids+=($!)
+		dirs+=("$d")
+		summary+=("$d/results" "$logf")
+	done
+	for p in "${pids[@]}"; do wait "$p" || true; done
+	for d in "${dirs[@]}"; do
+		[ "$(cat "$d/rc" 2>/dev/null || echo 124)" = 0 ] || rc=1
+	done
+	return $rc
 }
 
 # The two-guest phase: guests A and B, one vCPU each (two host cores), one virtio-net NIC each
@@ -214,7 +277,7 @@ rc=0
 case $task in
 check2) timed "check2 phase" pair || rc=$? ;;
 check)
-	timed "single guest (wall)" single || rc=$?
+	timed "guests A and B (wall)" split || rc=$?
 	if wants_pair; then timed "check2 phase" pair || rc=1; fi ;;
 *) single || rc=$? ;;
 esac

@@ -3,7 +3,7 @@
 """Counts KUnit and kselftest results and fails on kernel splats in the guests' serial logs.
 
 usage: summarize.py [--times HOST_TIMES] RESULTS_DIR SERIAL_LOG [RESULTS_DIR SERIAL_LOG ...]
-One RESULTS_DIR and SERIAL_LOG per guest (the single guest of `make check`, the two guests of
+One RESULTS_DIR and SERIAL_LOG per guest (guests A and B of `make check`, the two guests of
 its two-guest phase). Prints where the time went (HOST_TIMES and each guest's results/times),
 then the failures; the last line printed is "N passed, N failed, N skipped".
 """
@@ -74,10 +74,14 @@ def guest(results, log, label):
     """Counts one guest's results; returns (counts, failures, number of TAP files)."""
     total = [0, 0, 0]
     fails = []
-    # The guest of `check` loads rodp and keeps the kernel log of its KUnit suites.
+    # A guest of `check` loads rodp and keeps the kernel log of its KUnit suites, but guest B
+    # when it runs beside guest A (it boots with KUnit disabled and has "no-kunit" in its share).
     dmesg = results / "kunit.dmesg"
     task = results.parent / "task"
-    if dmesg.exists() or (task.exists() and task.read_text().strip() == "check"):
+    kunit_guest = task.exists() and task.read_text().strip() == "check"
+    if (results.parent / "no-kunit").exists():
+        kunit_guest = False
+    if dmesg.exists() or kunit_guest:
         c, f = kunit(dmesg.read_text(errors="replace") if dmesg.exists() else "")
         if sum(c) == 0:
             c[1] += 1
