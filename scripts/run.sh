@@ -4,8 +4,9 @@
 #   scripts/run.sh demo|check|bench   runs selftests/guest/<name>.sh in the guest
 #   scripts/run.sh check2             only the two-guest phase (selftests/guest/check2.sh in
 #                                     two guests linked by one virtio-net NIC each)
-#   RODP_TESTS=glob                   `check` runs only the selftests matching glob; the
-#                                     two-guest phase runs after the single guest when
+#   RODP_TESTS=glob                   `check` runs only the selftests matching glob (in two
+#                                     guests at once, A and B: see split); the
+#                                     two-guest phase runs after them when
 #                                     RODP_TESTS is unset or one of its globs matches "check2"
 #   RODP_TESTS2=glob                  the two-guest cases to run (default all)
 # The guests' serial logs are kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
