@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 # rodp: `make` builds rodp.ko against KDIR (default: the cached test kernel); `make run` boots a
-# guest with rodp0; `make check` runs every test in the guest.
+# guest with rodp0; `make check` runs every test in the guest, then the two-guest tests.
 
 # Evaluated once, on first use: asking scripts/kernel.sh builds the kernel if it is missing.
 # KDIR_BUILT only looks (empty when that kernel is not built): for what must never start a
@@ -28,7 +28,7 @@ clean_module = $(if $(KDIR_BUILT),$(call kmake,$(KDIR_BUILT)) clean,find . -name
 	-o -name selftests -prune -o -type f \( $(foreach f,$(MODULE_OUTPUTS),-name '$(f)' -o) \
 	-false \) -exec rm -f {} +)
 
-.PHONY: all modules clean setup kernel rootfs selftests run check bench fmt fmt-check
+.PHONY: all modules clean setup kernel rootfs selftests run check check2 bench fmt fmt-check
 
 all: modules
 
@@ -63,6 +63,10 @@ run:
 
 check:
 	scripts/run.sh check
+
+# Only the two-guest phase of check (two QEMU guests linked by one virtio-net NIC each).
+check2:
+	scripts/run.sh check2
 
 # A benchmark, not a test: perftest on rxe then rodp in one guest boot, with ratios.
 bench:

@@ -52,7 +52,7 @@ if [ -f "$out/.done" ]; then echo "$out"; exit 0; fi
 
 frag="$RODP_CACHE/config.$flavor"
 fragment > "$frag"
-log "building kernel in $out (cold build, about 8 min on 2 cores)"
+log "building kernel in $out (cold build, about 20 min on 2 cores)"
 mkdir -p "$out"
 kmake=(make -C "$src" O="$out" LLVM="$LLVM_SUFFIX" RUSTC="$RUSTC" -j"$(nproc)")
 cat "$src/kernel/configs/kvm_guest.config" "$frag" > "$out/allno.config"

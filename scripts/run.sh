@@ -2,25 +2,53 @@
 # SPDX-License-Identifier: GPL-2.0
 # Boots the test kernel in QEMU with rodp.ko, the selftests and a guest script shared over 9p.
 #   scripts/run.sh demo|check|bench   runs selftests/guest/<name>.sh in the guest
-#   RODP_TESTS=glob                   `check` runs only the selftests matching glob
-# The guest's serial log is kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
-# script's, and for `check` also fails on any kernel splat in the log.
+#   scripts/run.sh check2             only the two-guest phase (selftests/guest/check2.sh in
+#                                     two guests linked by one virtio-net NIC each)
+#   RODP_TESTS=glob                   `check` runs only the selftests matching glob (in two
+#                                     guests at once, A and B: see split); the
+#                                     two-guest phase runs after them when
+#                                     RODP_TESTS is unset or one of its globs matches "check2"
+#   RODP_TESTS2=glob                  the two-guest cases to run (default all)
+# The guests' serial logs are kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
+# script's, and for `check` also fails on any kernel splat in a log or a failed test.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-task=${1:?usage: run.sh demo|check|bench}
+task=${1:?usage: run.sh demo|check|check2|bench}
 limit=${RODP_GUEST_TIMEOUT:-2400}
+limit2=${RODP_GUEST2_TIMEOUT:-1200}
 [ -f "$RODP_TOP/selftests/guest/$task.sh" ] || die "no guest script selftests/guest/$task.sh"
 
-"$RODP_TOP/scripts/setup.sh"
+# Where the time goes: each host step and guest run, printed in the summary.
+work=$(mktemp -d "$RODP_CACHE/run.XXXX")
+trap 'rm -rf "$work"' EXIT
+times=$work/host-times
+: > "$times"
+t_start=$(date +%s)
+since() { echo $(($(date +%s) - $1)); }
+# timed NAME CMD...: runs CMD, records its wall time as "host: NAME".
+timed() {
+	local name=$1 t0 rc=0
+	shift
+	t0=$(date +%s)
+	"$@" || rc=$?
+	printf 'host: %s\t%s\n' "$name" "$(since "$t0")" >> "$times"
+	return $rc
+}
+
+timed setup "$RODP_TOP/scripts/setup.sh"
 # The benchmark runs on the same kernel without its debug options (KASAN, lockdep, ...), with
 # the module built from a copy of the sources so the test build is left alone.
 flavor=test
 [ "$task" = bench ] && flavor=bench
+t0=$(date +%s)
 kdir=$("$RODP_TOP/scripts/kernel.sh" $flavor)
+printf 'host: kernel\t%s\n' "$(since "$t0")" >> "$times"
+t0=$(date +%s)
 rootfs=$("$RODP_TOP/scripts/rootfs.sh")
+printf 'host: rootfs\t%s\n' "$(since "$t0")" >> "$times"
 if [ $flavor = test ]; then
-	make -s -C "$RODP_TOP" KDIR="$kdir" modules >&2
+	timed "make modules" make -s -C "$RODP_TOP" KDIR="$kdir" modules >&2
 	ko=$RODP_TOP/rodp.ko
 else
 	mo=$RODP_CACHE/module-$flavor
@@ -32,12 +60,12 @@ else
 	make -s -C "$mo" KDIR="$kdir" modules >&2
 	ko=$mo/rodp.ko
 fi
-make -s -C "$RODP_TOP/selftests" KDIR="$kdir" >&2
-if [ "$task" = check ]; then "$RODP_TOP/scripts/fmt.sh" --check "$kdir"; fi
+timed "make selftests" make -s -C "$RODP_TOP/selftests" KDIR="$kdir" >&2
+case $task in check|check2) timed "rustfmt check" "$RODP_TOP/scripts/fmt.sh" --check "$kdir" ;; esac
 
 kver=$(cat "$kdir/include/config/kernel.release")
-share=$(mktemp -d "$RODP_CACHE/share.XXXX")
-trap 'rm -rf "$share"' EXIT
+# The share every guest sees at /mnt/rodp (made once, then copied as hard links per guest).
+share=$work/share
 mkdir -p "$share/results" "$share/modules"
 cp -a "$kdir/modinst/lib" "$share/modules/"
 mkdir -p "$share/modules/lib/modules/$kver/extra"
@@ -46,22 +74,39 @@ depmod -b "$share/modules" "$kver"
 cp "$RODP_TOP/selftests/guest/init.sh" "$share/guest-init"
 cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/tools.sh" \
 	"$RODP_TOP/selftests/guest/pyverbs.sh" "$RODP_TOP/selftests/pyverbs-gaps" \
-	"$RODP_TOP/selftests/pyverbs-must-pass" \
+	"$RODP_TOP/selftests/pyverbs-must-pass" "$RODP_TOP/selftests/guest/peer.py" \
 	"$RODP_TOP/selftests/guest/$task.sh" "$share/"
+[ "$task" = check ] && cp "$RODP_TOP/selftests/guest/check2.sh" "$share/"
 cp -a "$RODP_TOP/selftests/build" "$share/tests"
-printf '%s\n' "$task" > "$share/task"
 printf '%s\n' "$limit" > "$share/limit"
 # RODP_* settings reach the guest scripts (lib.sh reads them).
 env | grep '^RODP_' > "$share/env" || true
 # RODP_TESTS: a glob of selftest names for `check` (default: all).
 printf '%s\n' "${RODP_TESTS:-*}" > "$share/filter"
 
-qemu=(qemu-system-x86_64 -M pc -m 4G -smp 2 -nographic -no-reboot -nic none
-      -kernel "$kdir/arch/x86/boot/bzImage"
-      -drive "file=$rootfs,if=virtio,format=raw,snapshot=on"
-      -fsdev "local,id=fs0,path=$share,security_model=none"
-      -device virtio-9p-pci,fsdev=fs0,mount_tag=rodp
-      -append "root=/dev/vda rw console=ttyS0 init=/sbin/rodp-init panic=-1 kunit.enable=1 kunit.autorun=1 no5lvl")
+# guest_share NAME TASK: a copy of the share for one guest (hard links; its own results/).
+guest_share() {
+	local d=$work/share-$1
+	cp -al "$share" "$d"
+	rm -rf "$d/results"
+	mkdir -p "$d/results"
+	printf '%s\n' "$2" > "$d/task"
+	echo "$d"
+}
+
+# qemu_cmd SHARE MEM CPUS [KUNIT]: the guest's QEMU command line (without accelerator and
+# NICs) in the array qemu; KUNIT=off boots with KUnit disabled (rodp.ko then loads without
+# running its suites).
+qemu_cmd() {
+	local kunit="kunit.enable=1 kunit.autorun=1"
+	[ "${4:-}" = off ] && kunit="kunit.enable=0"
+	qemu=(qemu-system-x86_64 -M pc -m "$2" -smp "$3" -nographic -no-reboot
+	      -kernel "$kdir/arch/x86/boot/bzImage"
+	      -drive "file=$rootfs,if=virtio,format=raw,snapshot=on"
+	      -fsdev "local,id=fs0,path=$1,security_model=none"
+	      -device virtio-9p-pci,fsdev=fs0,mount_tag=rodp
+	      -append "root=/dev/vda rw console=ttyS0 init=/sbin/rodp-init panic=-1 $kunit no5lvl")
+}
 # no5lvl: with QEMU's "max" CPU the kernel would switch to 5-level paging, and an interrupt
 # that lands in early boot (identify_cpu) then trips KASAN on the irq descriptor's lock
 # ("wild-memory-access", seen once in a 7.3.4 boot before any module loaded). User space here
@@ -72,9 +117,9 @@ accel_file="$RODP_CACHE/accel"
 if [ ! -f "$accel_file" ]; then
 	accel=tcg
 	if [ -w /dev/kvm ]; then
-		printf 'probe\n' > "$share/task"
-		if timeout 20 "${qemu[@]}" -accel kvm -cpu host 2>&1 | grep -q -m1 RODP-GUEST-UP; then accel=kvm; fi
-		printf '%s\n' "$task" > "$share/task"
+		probe=$(guest_share probe probe)
+		qemu_cmd "$probe" 4G 2
+		if timeout 20 "${qemu[@]}" -nic none -accel kvm -cpu host 2>&1 | grep -q -m1 RODP-GUEST-UP; then accel=kvm; fi
 	fi
 	echo "$accel" > "$accel_file"
 	log "accelerator: $accel"
@@ -85,16 +130,161 @@ accel=$(cat "$accel_file")
 # loop. The benchmark hides the two flags so both drivers' copies run at the emulator's best.
 cpu=max
 [ "$task" = bench ] && cpu=max,-fsrm,-erms
-if [ "$accel" = kvm ]; then qemu+=(-accel kvm -cpu host); else qemu+=(-accel tcg -cpu "${RODP_QEMU_CPU:-$cpu}"); fi
+if [ "$accel" = kvm ]; then accel_args=(-accel kvm -cpu host); else accel_args=(-accel tcg -cpu "${RODP_QEMU_CPU:-$cpu}"); fi
 
 mkdir -p "$RODP_CACHE/logs"
 # RODP_RUN_ID keeps the logs of runs from several checkouts at once apart.
-logf="$RODP_CACHE/logs/$task${RODP_RUN_ID:+-$RODP_RUN_ID}.log"
-log "booting guest ($accel) for '$task'; serial log: $logf"
-timeout $((limit + 120)) "${qemu[@]}" </dev/null 2>&1 | tee "$logf" | sed -n '/^RODP-GUEST-UP/,$p' | grep -v '^\[' || true
+logname() { echo "$RODP_CACHE/logs/$1${RODP_RUN_ID:+-$RODP_RUN_ID}.log"; }
+summary=()
 
-rc=$(cat "$share/rc" 2>/dev/null || echo 124)
-if [ "$task" = check ]; then
-	python3 "$RODP_TOP/scripts/summarize.py" "$share/results" "$logf" || rc=1
-fi
+# The single guest: demo or bench.
+single() {
+	local d logf rc
+	d=$(guest_share 1 "$task")
+	logf=$(logname "$task")
+	qemu_cmd "$d" 4G 2
+	log "booting guest ($accel) for '$task'; serial log: $logf"
+	timeout $((limit + 120)) "${qemu[@]}" "${accel_args[@]}" -nic none </dev/null 2>&1 |
+		tee "$logf" | sed -n '/^RODP-GUEST-UP/,$p' | grep -v '^\[' || true
+	rc=$(cat "$d/rc" 2>/dev/null || echo 124)
+	summary+=("$d/results" "$logf")
+	return "$rc"
+}
+
+# `check` runs its work as two guests at once, one vCPU each (the host has two cores; one
+# guest of two vCPUs kept only 1.02-1.11 of them busy): guest A runs KUnit and the rodp_*
+# programs, guest B the programs in b_programs (self-contained: they depend on no other
+# program having run in the same boot), then tools.sh and pyverbs.sh. Each guest has its own
+# share (results/, and "part": a or b, which check.sh reads). When both boot, B boots with
+# KUnit disabled and a file "no-kunit" in its share (A runs the suites, the summary counts
+# them once). RODP_TESTS decides which guests boot:
+# A when a selected rodp_* program is not in b_programs (or nothing is selected for B, so that
+# KUnit still runs), B when tools, pyverbs or a program in b_programs is selected.
+b_programs="rodp_device rodp_data"
+printf '%s\n' "$b_programs" > "$share/b-programs"
+# split_parts: "a", "b" or "a b", the guests RODP_TESTS asks for.
+split_parts() {
+	local g t n a= b= progs=("$RODP_TOP"/selftests/build/rodp_*) -
+	set -f # globs of test names, not of files here
+	for g in ${RODP_TESTS:-rodp_* tools pyverbs}; do
+		case $g in *tools*|*pyverbs*) b=b ;; esac
+		for t in "${progs[@]}"; do
+			n=${t##*/}
+			[ -x "$t" ] || continue
+			# shellcheck disable=SC2254
+			case $n in $g) ;; *) continue ;; esac
+			case " $b_programs " in *" $n "*) b=b ;; *) a=a ;; esac
+		done
+	done
+	[ -n "$b" ] || a=a
+	echo $a $b
+}
+split() {
+	local p d logf rc=0 pids=() dirs=() parts
+	parts=$(split_parts)
+	for p in $parts; do
+		d=$(guest_share "check-$p" check)
+		echo "$p" > "$d/part"
+		logf=$(logname "check-$p")
+		# rodp_odp_stress and rodp_odp_cost want 4 GiB; tools and pyverbs do with 3.
+		if [ "$p" = a ]; then
+			qemu_cmd "$d" 4G 1
+		elif [ "$parts" = b ]; then
+			qemu_cmd "$d" 3G 1
+		else
+			touch "$d/no-kunit"
+			qemu_cmd "$d" 3G 1 off
+		fi
+		log "booting guest $p ($accel) for 'check'; serial log: $logf"
+		# Each guest's lines on the terminal as they come, prefixed with its name.
+		( timeout $((limit + 120)) "${qemu[@]}" "${accel_args[@]}" -nic none </dev/null 2>&1 |
+			tee "$logf" | sed -un '/^RODP-GUEST-UP/,$p' | grep --line-buffered -v '^\[' |
+			sed -u "s/^/$p| /" || true ) &
+		pids+=($!)
+		dirs+=("$d")
+		summary+=("$d/results" "$logf")
+	done
+	for p in "${pids[@]}"; do wait "$p" || true; done
+	for d in "${dirs[@]}"; do
+		[ "$(cat "$d/rc" 2>/dev/null || echo 124)" = 0 ] || rc=1
+	done
+	return $rc
+}
+
+# The two-guest phase: guests A and B, one vCPU each (two host cores), one virtio-net NIC each
+# joined by a socket netdev on the host's loopback (A listens, B connects), nothing else.
+pair() {
+	local a b loga logb port pa pb rc=0
+	limit2=$((limit2 < limit ? limit2 : limit))
+	a=$(guest_share a check2)
+	b=$(guest_share b check2)
+	echo a > "$a/role"
+	echo b > "$b/role"
+	echo "$limit2" > "$a/limit"
+	echo "$limit2" > "$b/limit"
+	loga=$(logname check2a)
+	logb=$(logname check2b)
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	log "booting two guests ($accel) for 'check2', link on 127.0.0.1:$port; serial logs: $loga $logb"
+	qemu_cmd "$a" 2G 1
+	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" \
+		-netdev "socket,id=n0,listen=127.0.0.1:$port" \
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:52:0d:01 </dev/null > "$loga" 2>&1 &
+	pa=$!
+	# B connects once A listens (a probe connection would take A's one accept).
+	for _ in $(seq 100); do
+		ss -Hltn "sport = :$port" | grep -q . && break
+		kill -0 $pa 2>/dev/null || break
+		sleep 0.1
+	done
+	qemu_cmd "$b" 2G 1
+	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" \
+		-netdev "socket,id=n0,connect=127.0.0.1:$port" \
+		-device virtio-net-pci,netdev=n0,mac=52:54:00:52:0d:02 </dev/null > "$logb" 2>&1 &
+	pb=$!
+	# Once one guest has ended (or its QEMU failed), the other gets 5 minutes more: it finishes
+	# its teardown in seconds, or it waits at a barrier for a peer that is gone.
+	wait -n $pa $pb || true
+	for _ in $(seq 300); do
+		kill -0 $pa 2>/dev/null || kill -0 $pb 2>/dev/null || break
+		sleep 1
+	done
+	kill $pa $pb 2>/dev/null || true
+	wait $pa || true
+	wait $pb || true
+	for g in a b; do
+		sed -n '/^RODP-GUEST-UP/,$p' "$(logname check2$g)" | grep -v '^\[' | sed "s/^/$g| /"
+	done
+	for d in "$a" "$b"; do
+		[ "$(cat "$d/rc" 2>/dev/null || echo 124)" = 0 ] || rc=1
+	done
+	summary+=("$a/results" "$loga" "$b/results" "$logb")
+	return $rc
+}
+
+# Does RODP_TESTS ask for the two-guest phase?
+wants_pair() {
+	local g -
+	set -f # globs of test names, not of files here
+	[ -z "${RODP_TESTS:-}" ] && return 0
+	for g in $RODP_TESTS; do
+		# shellcheck disable=SC2254
+		case check2 in $g) return 0 ;; esac
+	done
+	return 1
+}
+
+rc=0
+case $task in
+check2) timed "check2 phase" pair || rc=$? ;;
+check)
+	timed "guests A and B (wall)" split || rc=$?
+	if wants_pair; then timed "check2 phase" pair || rc=1; fi ;;
+*) single || rc=$? ;;
+esac
+case $task in
+check|check2)
+	printf 'host: total\t%s\n' "$(since "$t_start")" >> "$times"
+	python3 "$RODP_TOP/scripts/summarize.py" --times "$times" "${summary[@]}" || rc=1 ;;
+esac
 exit "$rc"

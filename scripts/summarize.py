@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Counts KUnit and kselftest results and fails on kernel splats in the guest's serial log.
+"""Counts KUnit and kselftest results and fails on kernel splats in the guests' serial logs.
 
-usage: summarize.py RESULTS_DIR SERIAL_LOG
-The last line printed is "N passed, N failed, N skipped".
+usage: summarize.py [--times HOST_TIMES] RESULTS_DIR SERIAL_LOG [RESULTS_DIR SERIAL_LOG ...]
+One RESULTS_DIR and SERIAL_LOG per guest (guests A and B of `make check`, the two guests of
+its two-guest phase). Prints where the time went (HOST_TIMES and each guest's results/times),
+then the failures; the last line printed is "N passed, N failed, N skipped".
 """
 import pathlib
 import re
@@ -63,26 +65,30 @@ def tap(text, name):
         if m:
             tally(counts, fails, m.group(1), m.group(2), f"{name}: {m.group(2)}")
     if plan is None or sum(counts) < plan:
-        counts[1] += 1
         fails.append(f"{name}: ran {sum(counts)} of {plan} planned tests (crashed or hung?)")
+        counts[1] += 1
     return counts, fails
 
 
-def main():
-    results, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+def guest(results, log, label):
+    """Counts one guest's results; returns (counts, failures, number of TAP files)."""
     total = [0, 0, 0]
     fails = []
+    # A guest of `check` loads rodp and keeps the kernel log of its KUnit suites, but guest B
+    # when it runs beside guest A (it boots with KUnit disabled and has "no-kunit" in its share).
     dmesg = results / "kunit.dmesg"
-    c, f = kunit(dmesg.read_text(errors="replace") if dmesg.exists() else "")
-    if sum(c) == 0:
-        c[1] += 1
-        f.append("kunit: no rodp suite ran (did rodp.ko load?)")
-    total = [a + b for a, b in zip(total, c)]
-    fails += f
+    task = results.parent / "task"
+    kunit_guest = task.exists() and task.read_text().strip() == "check"
+    if (results.parent / "no-kunit").exists():
+        kunit_guest = False
+    if dmesg.exists() or kunit_guest:
+        c, f = kunit(dmesg.read_text(errors="replace") if dmesg.exists() else "")
+        if sum(c) == 0:
+            c[1] += 1
+            f.append("kunit: no rodp suite ran (did rodp.ko load?)")
+        total = [a + b for a, b in zip(total, c)]
+        fails += f
     taps = sorted(results.glob("*.tap"))
-    if not taps:
-        total[1] += 1
-        fails.append("kselftest: no test program ran")
     for t in taps:
         c, f = tap(t.read_text(errors="replace"), t.stem)
         total = [a + b for a, b in zip(total, c)]
@@ -100,6 +106,74 @@ def main():
     if leak_text.strip():
         total[1] += 1
         fails.append("kmemleak:\n  " + "\n  ".join(leak_text.splitlines()[:40]))
+    if label:
+        fails = [f"[{label}] {f}" for f in fails]
+    return total, fails, len(taps)
+
+
+def read_times(path):
+    """NAME<TAB>SECONDS[<TAB>BUSY VCPU SECONDS] lines, in order."""
+    rows = []
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        f = line.split("\t")
+        if len(f) >= 2 and all(x.strip().isdigit() for x in f[1:3]):
+            rows.append((f[0], int(f[1]), int(f[2]) if len(f) > 2 else None))
+    return rows
+
+
+def print_times(host, guests):
+    """The time table: host steps, then each guest's phases with how many of its vCPUs were
+    busy on average (parts of a phase, "PHASE/PART": only the slowest)."""
+    rows = read_times(host) if host else []
+    if not rows and not guests:
+        return
+    print("time (s):")
+    for name, secs, _ in rows:
+        print(f"  {secs:6d}        {name}")
+
+    def row(name, secs, busy):
+        cpus = f"{busy / secs:4.2f}" if busy is not None and secs else "    "
+        print(f"  {secs:6d}  {cpus}    {name}")
+
+    for label, results in guests:
+        rows = read_times(results / "times")
+        if not rows:
+            continue
+        print(f"  guest {label} (seconds, busy vCPUs on average):")
+        for r in rows:
+            if "/" not in r[0]:
+                row(*r)
+        parts = sorted((r for r in rows if "/" in r[0]), key=lambda r: -r[1])
+        if parts:
+            print(f"  guest {label}, slowest parts:")
+            for r in parts[:12]:
+                row(*r)
+
+
+def main():
+    args = sys.argv[1:]
+    host = None
+    if args[:1] == ["--times"]:
+        host = pathlib.Path(args[1])
+        args = args[2:]
+    if not args or len(args) % 2:
+        sys.exit(__doc__)
+    runs = [(pathlib.Path(r), pathlib.Path(l)) for r, l in zip(args[::2], args[1::2])]
+    total = [0, 0, 0]
+    fails = []
+    ntaps = 0
+    guests = []
+    for results, log in runs:
+        label = log.stem if len(runs) > 1 else ""
+        c, f, n = guest(results, log, label)
+        total = [a + b for a, b in zip(total, c)]
+        fails += f
+        ntaps += n
+        guests.append((log.stem, results))
+    if not ntaps:
+        total[1] += 1
+        fails.append("kselftest: no test program ran")
+    print_times(host, guests)
     for f in fails:
         print("FAIL", f)
     print(f"{total[0]} passed, {total[1]} failed, {total[2]} skipped")

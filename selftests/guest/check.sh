@@ -1,22 +1,36 @@
 # SPDX-License-Identifier: GPL-2.0
 # `make check`: KUnit suites (run when rodp.ko loads) and the kselftests; TAP into results/.
+# Each test program and phase prints "== NAME (N s)" when it ends and records its time in
+# results/times (the host's summary prints the table).
+# /mnt/rodp/part says which of the host's two guests this is (scripts/run.sh): "a" runs the
+# rodp_* programs but those in /mnt/rodp/b-programs, "b" runs those, then tools and pyverbs;
+# without it (one guest) everything runs.
 . /mnt/rodp/lib.sh
+timing boot 0,0
 make_netdevs
 res=/mnt/rodp/results
-# Kernel memory leaks: forget what boot left (rodp is not loaded yet), scan after the tests.
-kml=/sys/kernel/debug/kmemleak
-mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
-[ -w $kml ] && echo clear > $kml
+kml_clear
+t0=$(now)
 modprobe rodp || echo "modprobe rodp failed"
+timing "modprobe rodp (KUnit)" "$t0"
 mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null
-dmesg > "$res/kunit.dmesg"
+part=$(cat /mnt/rodp/part 2>/dev/null || echo all)
+b_programs=" $(cat /mnt/rodp/b-programs 2>/dev/null) "
+# Guest B beside guest A boots with KUnit disabled: A keeps the suites' log, counted once.
+[ -e /mnt/rodp/no-kunit ] || dmesg > "$res/kunit.dmesg"
 filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
 [ "$filter" = '*' ] && tests='rodp_*' || tests=$filter
 # RODP_TESTS may name several globs, separated by spaces.
 for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
+	case $part/$b_programs in
+	a/*" $name "*) continue ;;
+	b/*" $name "*) ;;
+	b/*) continue ;;
+	esac
 	echo "== $name"
+	t0=$(now)
 	"$t" > "$res/$name.tap" 2>&1
 	echo "$name exit $?" >> "$res/exits"
 	cat "$res/$name.tap"
@@ -28,25 +42,28 @@ for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 		echo 1 > "$c"
 	done
 	awk '$3 ~ /^fuse/ { print $2 }' /proc/mounts | xargs -r -n1 umount -l
+	timing "$name" "$t0"
+	echo "== $name ($el s)"
 done
 # rdma-core's and perftest's programs (not filtered out by RODP_TESTS=rodp_*).
-case "$filter" in
-*tools*|'*') echo "== tools"; . /mnt/rodp/tools.sh ;;
+case "$part/$filter" in
+a/*) ;;
+*tools*|*/'*')
+	echo "== tools"; t0=$(now)
+	. /mnt/rodp/tools.sh
+	timing tools "$t0"; echo "== tools ($el s)" ;;
 esac
-case "$filter" in
-*pyverbs*|'*') echo "== pyverbs"; . /mnt/rodp/pyverbs.sh ;;
+case "$part/$filter" in
+a/*) ;;
+*pyverbs*|*/'*')
+	echo "== pyverbs"; t0=$(now)
+	. /mnt/rodp/pyverbs.sh
+	timing pyverbs "$t0"; echo "== pyverbs ($el s)" ;;
 esac
 # Leave nothing behind, so that the log shows any splat teardown would cause.
-for d in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(l["ifname"].split("/")[0] for l in json.load(sys.stdin)))'); do
-	rdma link delete "$d" || true
-done
+t0=$(now)
+rdma_links_delete
 rmmod rodp 2>/dev/null || true
-# An object is reported once it has been unreferenced for 5 s across two scans.
-if [ -w $kml ]; then
-	echo scan > $kml; sleep 6; echo scan > $kml
-	cat $kml > "$res/kmemleak.txt"
-else
-	echo "kmemleak unavailable" > "$res/kmemleak.txt"
-fi
-dmesg > "$res/final.dmesg"
+kml_report
+timing "teardown, kmemleak scan" "$t0"
 exit 0

@@ -41,3 +41,46 @@ pingpong() {
 	rm -f "$out.s" "$out.c" "$out"
 	[ $src -eq 0 ] && [ $crc -eq 0 ]
 }
+
+# now: a reading of the clocks, "SECONDS,BUSY": the guest's uptime (under TCG its clock follows
+# the host's) and the CPU time its vCPUs have spent busy (not idle), both in seconds.
+now() {
+	awk '/^cpu / { b = ($2 + $3 + $4 + $7 + $8 + $9) / 100 }
+	     END { getline u < "/proc/uptime"; printf "%d,%d\n", u, b }' /proc/stat
+}
+
+# timing NAME START: records the time since START (a reading of now) in results/times, as
+# NAME<TAB>SECONDS<TAB>BUSY VCPU SECONDS ("PHASE/PART" is a part of PHASE, which has a line of
+# its own; the host's summary prints the table); sets el to the seconds.
+timing() {
+	el=$(($(now | cut -d, -f1) - ${2%,*}))
+	printf '%s\t%s\t%s\n' "$1" "$el" $(($(now | cut -d, -f2) - ${2#*,})) >> /mnt/rodp/results/times
+}
+
+# Kernel memory leaks: kml_clear forgets what boot left (before the module under test loads);
+# kml_report scans once every test has run and every device and module is gone (an object is
+# reported once it has been unreferenced for 5 s across two scans) and keeps the report and
+# the kernel log in results/ for the host's summary.
+kml=/sys/kernel/debug/kmemleak
+kml_clear() {
+	mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
+	[ -w $kml ] && echo clear > $kml
+	true
+}
+kml_report() {
+	if [ -w $kml ]; then
+		echo scan > $kml; sleep 6; echo scan > $kml
+		cat $kml > /mnt/rodp/results/kmemleak.txt
+	else
+		echo "kmemleak unavailable" > /mnt/rodp/results/kmemleak.txt
+	fi
+	dmesg > /mnt/rodp/results/final.dmesg
+}
+
+# rdma_links_delete: deletes every RDMA link (rodp's and rxe's), so that the log shows any
+# splat teardown would cause.
+rdma_links_delete() {
+	for d in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(l["ifname"].split("/")[0] for l in json.load(sys.stdin)))'); do
+		rdma link delete "$d" || true
+	done
+}

@@ -15,10 +15,12 @@ find "$py_dir" -name '*.gz' -exec gunzip -f {} +
 # skip) into results/pyverbs.DRIVER.
 py_run() {
 	drv=$1
+	py_t0=$(now)
 	rdma link add ${drv}0 type $drv netdev veth0
 	(cd "$py_dir" && timeout 1800 python3 run_tests.py --dev ${drv}0 --gid 1 -v) \
 		> "$res/pyverbs.$drv.log" 2>&1
 	rdma link delete ${drv}0
+	timing "pyverbs/$drv" "$py_t0"
 	python3 - "$res/pyverbs.$drv.log" > "$res/pyverbs.$drv" <<'PY'
 import re, sys
 # unittest -v prints "name (id) ... status"; a test with a docstring prints "name (id)" alone

@@ -6,18 +6,33 @@ tools_n=0
 tools_tap=$res/tools.tap
 : > "$tools_tap.body"
 
-# pair NAME SERVER_CMD CLIENT_CMD: starts the server, then the client a second later; passes
-# when both exit 0 within 120 s. perftest gives up when it cannot calibrate its cycle counter
+# server_ready PID [TCP_PORT]: waits until the server PID listens on TCP_PORT (at most 10 s, or
+# until it has ended), or a second without TCP_PORT (rdma_cm servers listen on no socket).
+server_ready() {
+	if [ -z "${2:-}" ] || ! command -v ss > /dev/null; then
+		sleep 1
+		return
+	fi
+	for _ in $(seq 100); do
+		ss -Hltn "sport = :$2" | grep -q . && return
+		kill -0 "$1" 2>/dev/null || return
+		sleep 0.1
+	done
+}
+
+# pair NAME SERVER_CMD CLIENT_CMD [TCP_PORT]: starts the server, then the client once the
+# server is ready (server_ready); passes when both exit 0 within 120 s. perftest gives up when it cannot calibrate its cycle counter
 # against the clock ("Can't produce a report", r^2 < 0.9: the emulated TSC drifts under load);
 # that says nothing about the device, so such a run is repeated once.
 pair() {
 	name=$1
 	tools_n=$((tools_n + 1))
+	pair_t0=$(now)
 	for attempt in 1 2; do
 		log=$(mktemp)
 		timeout 120 $2 > "$log.s" 2>&1 &
 		spid=$!
-		sleep 1
+		server_ready $spid "${4:-}"
 		crc=0 src=0
 		timeout 120 $3 > "$log.c" 2>&1 || crc=$?
 		wait $spid || src=$?
@@ -35,14 +50,16 @@ pair() {
 		rm -f "$log" "$log.s" "$log.c"
 		break
 	done
+	timing "tools/$name" "$pair_t0"
 }
 
 # tool NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG -d SERVER_DEV ARGS, then
-# PROG -d CLIENT_DEV ARGS 127.0.0.1 (out-of-band connection setup over TCP).
+# PROG -d CLIENT_DEV ARGS 127.0.0.1 (out-of-band connection setup over TCP, on the default
+# port of rdma-core's examples and of perftest, 18515).
 tool() {
 	name=$1 sdev=$2 cdev=$3 prog=$4
 	shift 4
-	pair "$name" "$prog -d $sdev $*" "$prog -d $cdev $* 127.0.0.1"
+	pair "$name" "$prog -d $sdev $*" "$prog -d $cdev $* 127.0.0.1" 18515
 }
 
 rdma link add rodp0 type rodp netdev veth0

@@ -1,0 +1,185 @@
+# SPDX-License-Identifier: GPL-2.0
+# The two-guest phase of `make check` (scripts/run.sh check2). This script runs in both guests:
+# A (198.18.0.1) and B (198.18.0.2), each with one virtio-net NIC, the two linked by a QEMU
+# socket netdev and nothing else. Each case names the RDMA driver on each side and a role
+# function; the role's server half runs on A, its client half on B. The guests keep in step
+# through barriers over the link (peer.py): every wait has a time limit, so a hung or crashed
+# peer fails the run rather than stalling it. A writes results/check2.tap (a case passes when
+# both halves exit 0); both guests record their times, kernel log and kmemleak report.
+. /mnt/rodp/lib.sh
+timing boot 0,0
+res=/mnt/rodp/results
+role=$(cat /mnt/rodp/role)
+addr_a=198.18.0.1
+addr_b=198.18.0.2
+[ "$role" = a ] && addr=$addr_a || addr=$addr_b
+# RODP_TESTS2: globs of case names ("ibv_rc_pingpong rxe-rxe"); default all.
+filter2=${RODP_TESTS2:-*}
+
+# The NIC is the virtio-net device (CONFIG_DUMMY adds dummy0; names say nothing).
+nic=
+for n in /sys/class/net/*; do
+	[ "$(basename "$(readlink -f "$n/device/driver" 2>/dev/null)")" = virtio_net ] && nic=${n##*/}
+done
+echo "guest $role: NIC ${nic:-none}, $addr"
+ip link set "$nic" up
+ip addr add "$addr/24" dev "$nic"
+kml_clear
+
+# sync TAG [VALUE] [TIMEOUT]: the barrier; prints the peer's VALUE, fails without a peer.
+sync_peer() {
+	python3 /mnt/rodp/peer.py "$role" "$1" "${2:-}" --timeout "${3:-240}"
+}
+
+# use_driver DRIVER: this guest's RDMA device is DRIVER0 on the NIC (rdma_rxe and rodp are
+# never loaded together); sets dev and gid (the index of the RoCE v2 GID of this guest's
+# IPv4 address, read in one pass).
+cur_drv=
+use_driver() {
+	[ "$cur_drv" = "$1" ] && return 0
+	rdma_links_delete
+	case $cur_drv in rxe) rmmod rdma_rxe ;; rodp) rmmod rodp ;; esac
+	cur_drv=
+	case $1 in rxe) modprobe rdma_rxe ;; *) modprobe "$1" ;; esac || return 1
+	rdma link add "${1}0" type "$1" netdev "$nic" || return 1
+	dev=${1}0 gid=
+	for i in $(seq 20); do
+		gid=$(ibv_devinfo -v -d "$dev" | sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*::ffff:$addr, RoCE v2.*/\1/p" | head -1)
+		[ -n "$gid" ] && break
+		sleep 0.5
+	done
+	[ -n "$gid" ] || { echo "$dev: no RoCE v2 GID for $addr"; ibv_devinfo -v -d "$dev"; return 1; }
+	cur_drv=$1
+}
+
+# Roles: ROLE server|client|ready ARGS. "ready" succeeds once the server half (started on A)
+# accepts clients. Each sees dev and gid (this guest's device) and addr_a (the server), and
+# runs its programs through run (120 s each at most).
+run() { timeout 120 "$@"; }
+
+# verbs PROG ARGS: a libibverbs example (ibv_rc_pingpong, ...); the two exchange their QP
+# addresses over TCP port 18515 before the RDMA traffic.
+verbs() {
+	side=$1 prog=$2
+	shift 2
+	case $side in
+	server) run "$prog" -d "$dev" -g "$gid" "$@" ;;
+	client) run "$prog" -d "$dev" -g "$gid" "$@" "$addr_a" ;;
+	ready) ss -Hltn 'sport = :18515' | grep -q . ;;
+	esac
+}
+
+# rping ARGS: rdma_cm (the kernel's CM over QP1) to A's address, data verified.
+rping_role() {
+	side=$1
+	shift
+	case $side in
+	server) run rping -s -a "$addr_a" -V "$@" ;;
+	client) run rping -c -a "$addr_a" -V "$@" ;;
+	ready) rdma resource show cm_id 2>/dev/null | grep -q LISTEN ;;
+	esac
+}
+
+# case2 NAME DRIVER_A DRIVER_B ROLE ARGS...: one case, named "NAME DRIVER_A-DRIVER_B".
+n=0 planned=0 lost=0
+case2() {
+	name="$1 $2-$3" drv_a=$2 drv_b=$3 fn=$4
+	shift 4
+	want=0
+	set -f # the globs match case names, not files
+	for g in $filter2; do
+		# shellcheck disable=SC2254
+		case $name in $g) want=1 ;; esac
+	done
+	set +f
+	[ $want = 1 ] || return 0
+	if [ "$mode" = count ]; then planned=$((planned + 1)); return 0; fi
+	[ $lost = 0 ] || return 0
+	n=$((n + 1))
+	echo "== $name"
+	t0=$(now)
+	[ "$role" = a ] && mine=$drv_a || mine=$drv_b
+	rc=0
+	use_driver "$mine" > /tmp/case.setup 2>&1 || rc=1
+	cat /tmp/case.setup
+	if ! peer=$(sync_peer "setup $n" $rc); then lost=1; fi
+	[ $lost = 1 ] || [ "$peer" = 0 ] || rc=1
+	out=/tmp/case.out
+	: > $out
+	if [ $lost = 1 ]; then
+		rc=1
+	elif [ "$role" = a ]; then
+		ready=1
+		if [ $rc = 0 ]; then
+			$fn server "$@" > $out 2>&1 &
+			spid=$!
+			# Up to 60 s for the server to listen (it may also die first).
+			for i in $(seq 300); do
+				if $fn ready "$@"; then ready=0; break; fi
+				kill -0 $spid 2>/dev/null || break
+				sleep 0.2
+			done
+		fi
+		sync_peer "ready $n" $ready > /dev/null || lost=1
+		if [ $rc = 0 ]; then
+			# Without a ready server or a peer no client comes: do not wait for one.
+			if [ $ready != 0 ] || [ $lost != 0 ]; then
+				pkill -P $spid
+				kill $spid 2>/dev/null
+			fi
+			wait $spid || rc=$?
+		fi
+		[ $ready = 0 ] || rc=1
+	else
+		if ! peer=$(sync_peer "ready $n"); then lost=1 rc=1; fi
+		if [ $rc = 0 ] && [ "$peer" = 0 ]; then
+			$fn client "$@" > $out 2>&1 || rc=$?
+		else
+			rc=1
+			echo "server not ready" > $out
+		fi
+	fi
+	peer=1
+	if [ $lost = 0 ]; then peer=$(sync_peer "done $n" $rc) || lost=1; fi
+	cat $out
+	timing "$name" "$t0"
+	echo "== $name ($el s): here $rc, peer ${peer:-none}"
+	[ "$role" = a ] || return 0
+	if [ $rc = 0 ] && [ "$peer" = 0 ] && [ $lost = 0 ]; then
+		echo "ok $n $name" >> "$res/check2.tap"
+	else
+		why="server (A) $rc, client (B) ${peer:-none}"
+		[ $lost = 0 ] || why="$why; peer lost, the remaining cases did not run"
+		echo "not ok $n $name # $why" >> "$res/check2.tap"
+		sed 's/^/# server: /' $out >> "$res/check2.tap"
+	fi
+}
+
+# The cases. Traffic stays small: under TCG an RC ping-pong of 4 KiB takes about 50 ms per
+# iteration over this link, UD about 5 ms. A rodp side is a change of the driver column.
+cases() {
+	case2 "ibv_rc_pingpong 4096" rxe rxe verbs ibv_rc_pingpong -n 5 -s 4096
+	case2 "ibv_ud_pingpong 512" rxe rxe verbs ibv_ud_pingpong -n 5 -s 512
+	case2 "rping 3" rxe rxe rping_role -C 3
+}
+
+# The first barrier waits for the other guest to boot.
+t0=$(now)
+if sync_peer hello "" 900 > /dev/null; then
+	timing "wait for the peer" "$t0"
+	mode=count
+	cases
+	[ "$role" = a ] && printf 'TAP version 13\n1..%s\n' $planned > "$res/check2.tap"
+	mode=run
+	cases
+else
+	echo "no peer"
+	[ "$role" = a ] && printf 'TAP version 13\n1..1\nnot ok 1 two guests # no peer\n' > "$res/check2.tap"
+fi
+t0=$(now)
+rdma_links_delete
+rmmod rdma_rxe 2>/dev/null
+rmmod rodp 2>/dev/null
+kml_report
+timing "teardown, kmemleak scan" "$t0"
+exit 0
