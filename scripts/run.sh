@@ -80,7 +80,10 @@ cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/tools.sh" \
 cp -a "$RODP_TOP/selftests/build" "$share/tests"
 printf '%s\n' "$limit" > "$share/limit"
 # RODP_* settings reach the guest scripts (lib.sh reads them).
-env | grep '^RODP_' > "$share/env" || true
+# Quoted, so that a value with spaces (RODP_TESTS='a b') reads back as one word.
+env | sed -n 's/^\(RODP_[A-Za-z0-9_]*\)=.*/\1/p' | while read -r v; do
+	printf '%s=%q\n' "$v" "$(printenv "$v")"
+done > "$share/env"
 # RODP_TESTS: a glob of selftest names for `check` (default: all).
 printf '%s\n' "${RODP_TESTS:-*}" > "$share/filter"
 
