@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -154,6 +155,15 @@ static inline long kmalloc_settled(long baseline)
 		now = kmalloc_objects();
 	}
 	return now;
+}
+
+/* Monotonic time in milliseconds. */
+static inline long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 #endif

@@ -213,14 +213,6 @@ static inline long hw_counter(const char *dev, const char *name)
 	return read_long(path);
 }
 
-static inline long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Polls one completion within ms milliseconds: 1 if found, 0 on timeout, -1 on error. */
 static inline int poll1(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 {
