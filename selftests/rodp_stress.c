@@ -90,6 +90,17 @@ static int setup(struct side *s, const char *devname, int fd)
 		if (post_recv_i(s, i))
 			return -1;
 	}
+	/*
+	 * Both sides' QPs in RTS with receives posted before any traffic: a message to a QP still
+	 * in INIT is dropped, and a peer process held off the CPU for longer than the retries last
+	 * (7 x 67 ms) would end its sender in IBV_WC_RETRY_EXC_ERR.
+	 */
+	{
+		char ready = 1;
+
+		if (xfer(fd, &ready, 1, 1) || xfer(fd, &ready, 1, 0))
+			return -1;
+	}
 	return 0;
 }
 
@@ -207,14 +218,20 @@ static int round_trip(struct side *s)
 		struct ibv_wc wc;
 		int n = ibv_poll_cq(s->scq, 1, &wc);
 
-		if (n < 0 || (n && wc.status != IBV_WC_SUCCESS))
+		if (n < 0 || (n && wc.status != IBV_WC_SUCCESS)) {
+			if (n > 0)
+				fprintf(stderr, "# QP %d: completion %s (opcode %d)\n",
+					(int)wc.wr_id, ibv_wc_status_str(wc.status), wc.opcode);
 			return -1;
+		}
 		if (n) {
 			int i = wc.wr_id;
 
 			expect--;
-			if (wc.opcode == IBV_WC_RDMA_READ && memcmp(out[i], back[i], len[i]))
+			if (wc.opcode == IBV_WC_RDMA_READ && memcmp(out[i], back[i], len[i])) {
+				fprintf(stderr, "# QP %d: read back differs\n", i);
 				return -1;
+			}
 			if (wc.opcode == IBV_WC_FETCH_ADD)
 				s->faa_done++;
 		}
@@ -248,6 +265,9 @@ static int run_side(const char *devname, int fd, unsigned int seed)
 		goto out;
 	memcpy(&mine, s.buf + NQP * SLOT, 8);
 	ret = mine == peer_faa ? 0 : -1;
+	if (ret)
+		fprintf(stderr, "# atomic count %llu, the peer did %llu\n",
+			(unsigned long long)mine, (unsigned long long)peer_faa);
 	/* Stay until the peer checked too: its reads target our memory. */
 	if (xfer(fd, &ret, sizeof(ret), 1) || await_peer(&s, fd, &peer_faa, sizeof(int)))
 		ret = -1;
