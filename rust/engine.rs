@@ -22,7 +22,7 @@ mod resp;
 mod xfer;
 
 pub(crate) use comp::backoff_expired;
-pub(crate) use fault::{run as run_fault, FaultState};
+pub(crate) use fault::{forget as forget_faults, run as run_fault, FaultState, Ticket};
 pub(crate) use net::Binding;
 pub(crate) use packet::Gid;
 pub(crate) use req::run_send_queue;
@@ -32,6 +32,7 @@ use crate::{
     ib::{umem::AtomicOp, verbs::WrOpcode},
     qp::QpShared,
 };
+use core::cell::Cell;
 use kernel::sync::Arc;
 use xfer::Src;
 
@@ -45,6 +46,9 @@ const GRH_LEN: usize = 40;
 pub(crate) struct Message<'a> {
     /// The requester's QP: scheduled again when the responder's fault it waits for ends.
     pub(crate) from: &'a Arc<QpShared>,
+    /// The responder's fault the message waits for (`fault::Ticket`, kept with the WQE at the
+    /// head of the requester's send queue); none for datagrams, which never wait.
+    pub(crate) ticket: Option<&'a Cell<fault::Ticket>>,
     /// The operation.
     pub(crate) opcode: WrOpcode,
     /// Sending QP number.

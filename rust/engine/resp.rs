@@ -146,7 +146,8 @@ fn wait_for(
     len: usize,
     write: bool,
 ) -> Miss {
-    match fault::ask(dst, m.from, Want::new(mr.shared(), off, len, write)) {
+    let from = m.ticket.map(|t| (m.from, t));
+    match fault::ask(dst, from, Want::new(mr.shared(), off, len, write)) {
         Ok(()) => Miss::Wait,
         Err(_) => Miss::Failed,
     }
@@ -163,7 +164,12 @@ fn own(
     write: bool,
 ) -> Result<(), Miss> {
     match mr.mapped(off, len, write) {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            if let Some(t) = m.ticket {
+                fault::found(dst, t);
+            }
+            Ok(())
+        }
         Err(e) if e == UNMAPPED => Err(wait_for(dst, m, mr, off, len, write)),
         Err(_) => Err(Miss::Failed),
     }
