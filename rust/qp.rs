@@ -129,6 +129,8 @@ pub(crate) struct SendSide {
     pub(crate) waiting: bool,
     /// What the WQE at the head knows of that fault (reset per WQE).
     pub(crate) ticket: Cell<Ticket>,
+    /// The number of the fault it waited for when it last ran (0: none).
+    pub(crate) wait_seq: u64,
 }
 
 /// The receive side: ring (none with an SRQ) and the responder's scratch slot.
@@ -431,6 +433,7 @@ impl Qp {
                         backoff: None,
                         waiting: false,
                         ticket: Cell::new(Ticket::default()),
+                        wait_seq: 0,
                     }),
                     rq <- new_mutex!(RecvSide {
                         queue: rq,
@@ -818,6 +821,7 @@ impl QpShared {
         sq.retry_left = None;
         sq.waiting = false;
         sq.ticket.set(Ticket::default());
+        sq.wait_seq = 0;
         drop(sq);
         // No delivery after the reset takes an outcome of before.
         crate::engine::forget_faults(self);

@@ -44,8 +44,8 @@ pub(super) enum Exec {
     /// No answer: retry later.
     NoAnswer,
     /// The responder faults its own memory in: run again when its fault work schedules this
-    /// QP, or when the retransmission timer fires, which bounds the wait as for a message
-    /// with no answer (each expiry is a retry).
+    /// QP, or when the retransmission timer fires, which bounds the wait for one fault as for
+    /// a message with no answer (each expiry is a retry).
     Wait,
 }
 
@@ -98,10 +98,21 @@ pub(super) fn complete(
     let a = sq.attr;
     let stats = &qp.tables.stats;
     let waited = core::mem::replace(&mut sq.waiting, matches!(exec, Exec::Wait));
+    if let Exec::Wait = exec {
+        // Waiting for another fault than before (the last one ended): the timer and the retries
+        // start again; only a wait without progress runs out of them. `fault::ROUNDS` bounds
+        // the faults.
+        let seq = sq.ticket.get().seq();
+        if core::mem::replace(&mut sq.wait_seq, seq) != seq {
+            sq.retry_left = None;
+            sq.backoff = None;
+        } else if waited && sq.backoff.is_some() {
+            // Run early (a doorbell) while the timer runs: wait on, counting nothing.
+            return false;
+        }
+    }
     let (status, byte_len) = match exec {
         Exec::Done(s, l) => (s, l),
-        // A retry the fault's end ran while the timer still runs: wait on, counting nothing.
-        Exec::Wait if waited && sq.backoff.is_some() => return false,
         Exec::Rnr(timer) => {
             stats.inc(Counter::RcvdRnrErr);
             let left = sq.rnr_left.get_or_insert(a.rnr_retry);
@@ -139,6 +150,7 @@ pub(super) fn complete(
     sq.rnr_left = None;
     sq.retry_left = None;
     sq.ticket.set(Ticket::default());
+    sq.wait_seq = 0;
     // A timer still running for a wait the fault's end cut short must not hold up the next WQE.
     sq.backoff = None;
     // Free the slot before the completion is visible: a consumer that sees the completion may
@@ -192,6 +204,7 @@ pub(super) fn flush(qp: &QpShared, sq: &mut SendSide, q: &Queue) {
     sq.backoff = None;
     sq.waiting = false;
     sq.ticket.set(Ticket::default());
+    sq.wait_seq = 0;
     let prod = q.producer();
     let n = sq.buf.len().min(q.elem_size());
     while sq.cons != prod {

@@ -83,6 +83,13 @@ pub(crate) struct Ticket {
     rounds: u32,
 }
 
+impl Ticket {
+    /// The number of the fault waited for (0: none).
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
 /// A requester waiting for a fault (`FaultState::waiters`).
 pub(crate) type Waiter<'a> = (&'a Arc<QpShared>, &'a Cell<Ticket>);
 
