@@ -8,6 +8,8 @@
 #include "rodp_verbs.h"
 #include "kselftest_harness.h"
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 
 #define PAGE 4096
@@ -187,6 +189,61 @@ TEST_F(odp, madv_dontneed_then_access_reads_zeroes)
 	ASSERT_EQ(0, madvise(self->odp, LEN, MADV_DONTNEED));
 	ASSERT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_READ, 0, LEN));
 	EXPECT_EQ(0, memcmp(self->pin, zero, LEN));
+}
+
+/* Discards the ODP buffer's pages in a loop until told to stop. */
+struct discarder {
+	void *addr;
+	atomic_int stop;
+	atomic_long rounds;
+};
+
+static void *discard_main(void *arg)
+{
+	struct discarder *x = arg;
+
+	while (!x->stop) {
+		madvise(x->addr, LEN, MADV_DONTNEED);
+		x->rounds++;
+	}
+	return NULL;
+}
+
+/*
+ * A responder that discards its ODP pages (MADV_DONTNEED) in a loop while a requester WRITEs
+ * into them: each fault of the responder succeeds and its pages go again before the retried
+ * delivery. The requester's QP has an infinite transport timer (timeout 0), so only the limit
+ * of such rounds ends it: every WQE completes, with success (the responder won a race) or
+ * with REM_ACCESS_ERR, as a fault that kept losing to invalidations always ended; never not.
+ */
+TEST_F_TIMEOUT(odp, a_responder_discarding_its_pages_does_not_hold_a_write_for_ever, 200)
+{
+	struct ibv_qp_attr a = { .timeout = 0 };
+	struct discarder x = { .addr = self->odp };
+	struct ibv_wc wc = { .status = IBV_WC_SUCCESS };
+	pthread_t t;
+	long t0 = now_ms();
+	int n = 0, hung = 0;
+
+	ASSERT_EQ(0, ibv_modify_qp(self->rc.qp[0], &a, IBV_QP_TIMEOUT));
+	fill(self->pin, LEN, 8);
+	ASSERT_EQ(0, pthread_create(&t, NULL, discard_main, &x));
+	while (wc.status == IBV_WC_SUCCESS && now_ms() - t0 < 5000) {
+		if (post_send(self->rc.qp[0], IBV_WR_RDMA_WRITE, self->pin, LEN, self->pin_mr->lkey,
+			      (uintptr_t)self->odp, self->odp_mr->rkey, 0, n))
+			break;
+		if (poll1(self->rc.cq[0], &wc, 60000) != 1) {
+			hung = 1;
+			break;
+		}
+		n++;
+	}
+	x.stop = 1;
+	pthread_join(t, NULL);
+	TH_LOG("%d writes, %ld discards, last status %d", n, (long)x.rounds, wc.status);
+	ASSERT_EQ(0, hung) TH_LOG("a write never completed");
+	EXPECT_TRUE(wc.status == IBV_WC_SUCCESS || wc.status == IBV_WC_REM_ACCESS_ERR);
+	EXPECT_LT(0, n);
 }
 
 TEST_F(odp, send_recv_read_atomic_through_odp)
