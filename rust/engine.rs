@@ -121,9 +121,9 @@ pub(crate) enum Reply {
     Retry,
     /// Not executed yet: a page of the responder's own ODP memory was unmapped. The responder
     /// faults only on its own QP's fault work (`fault`), which schedules the requester again
-    /// when it ends; the requester waits for that without a timer and without counting a
-    /// retry (nothing a peer sees but time). A receive WQE taken stays pending, data an RDMA
-    /// WRITE placed stays.
+    /// when it ends. An RC or UC requester waits for that under its retransmission timer (each
+    /// expiry a retry); a UD one takes the datagram as lost. A receive WQE taken stays
+    /// pending, data an RDMA WRITE placed stays.
     Wait,
 }
 

@@ -8,9 +8,10 @@
 //! never faults there. When a range of its own memory is not mapped, it records the range
 //! ([`Want`]) and the waiting requester here and answers [`super::Reply::Wait`]; the fault
 //! runs on the responder QP's fault work, holding no lock of any QP, and then kicks every
-//! requester that waited. The retried delivery finds the pages mapped, or the fault's failure
-//! recorded for exactly that range ([`FaultState::done`]), and ends as a synchronous fault that
-//! failed would have.
+//! requester that waited. The retried delivery finds the pages mapped, or the failure of the
+//! fault it waited for ([`Ticket`]) recorded for exactly that range ([`FaultState::done`]), and
+//! ends as a synchronous fault that failed would have; or, after [`ROUNDS`] faults that each
+//! succeeded and were undone before it came back, as one that kept losing to invalidations.
 
 use crate::{mr::MrShared, qp::QpShared};
 use core::cell::Cell;
