@@ -60,6 +60,9 @@ fn timeout_delay(code: u8) -> Delta {
 
 /// Arms `qp`'s backoff timer: the WQE at the head runs again when it fires.
 fn backoff(qp: &Arc<QpShared>, sq: &mut SendSide, delay: Delta) {
+    // A timer still running (a WQE waiting for a fault ran early and got another answer) is
+    // cancelled first: dropping its handle later would cancel the new one.
+    sq.backoff = None;
     qp.backoff_armed.store(true, Release);
     sq.backoff = Some(qp.clone().start(delay));
 }
