@@ -341,6 +341,7 @@ TEST_F(odp, ud_send_from_and_receive_into_odp_memory)
 	struct ibv_send_wr wr = { .wr_id = 6, .sg_list = &sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
 	struct ibv_wc wc;
+	int received = 0;
 
 	ASSERT_NE(NULL, cq);
 	ASSERT_NE(NULL, ah);
@@ -349,17 +350,25 @@ TEST_F(odp, ud_send_from_and_receive_into_odp_memory)
 		ASSERT_NE(NULL, ud[i]);
 		ASSERT_EQ(0, ud_ready(ud[i], 0x1234));
 	}
-	/* The receive buffer (GRH first) and the message both in never-touched ODP memory. */
+	/*
+	 * The receive buffer (GRH first) and the message both in never-touched ODP memory. A
+	 * datagram that finds the receive buffer unmapped is lost (its send completes, the
+	 * receiver's fault is queued: a receiver never holds up a UD sender, as on mlx5); one
+	 * sent after that fault arrives.
+	 */
 	ASSERT_EQ(0, post_recv(ud[1], self->odp + 50 * PAGE, 40 + 1000, self->odp_mr->lkey, 7));
 	fill(self->odp + 40 * PAGE, 1000, 34);
 	wr.wr.ud.ah = ah;
 	wr.wr.ud.remote_qpn = ud[1]->qp_num;
 	wr.wr.ud.remote_qkey = 0x1234;
-	ASSERT_EQ(0, ibv_post_send(ud[0], &wr, &bad));
-	for (int i = 0; i < 2; i++) {
-		ASSERT_EQ(1, poll1(cq, &wc, 20000));
-		EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	for (int tries = 0; tries < 10 && !received; tries++) {
+		ASSERT_EQ(0, ibv_post_send(ud[0], &wr, &bad));
+		while (!received && poll1(cq, &wc, 2000) == 1) {
+			EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+			received = wc.wr_id == 7;
+		}
 	}
+	ASSERT_TRUE(received) TH_LOG("no datagram arrived");
 	EXPECT_EQ(0, memcmp(self->odp + 50 * PAGE + 40, self->odp + 40 * PAGE, 1000));
 	for (int i = 0; i < 2; i++)
 		ibv_destroy_qp(ud[i]);
