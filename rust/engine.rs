@@ -22,7 +22,7 @@ mod resp;
 mod xfer;
 
 pub(crate) use comp::backoff_expired;
-pub(crate) use fault::{run as run_fault, FaultState};
+pub(crate) use fault::{forget as forget_faults, run as run_fault, FaultState, Ticket};
 pub(crate) use net::Binding;
 pub(crate) use packet::Gid;
 pub(crate) use req::run_send_queue;
@@ -32,6 +32,7 @@ use crate::{
     ib::{umem::AtomicOp, verbs::WrOpcode},
     qp::QpShared,
 };
+use core::cell::Cell;
 use kernel::sync::Arc;
 use xfer::Src;
 
@@ -45,6 +46,9 @@ const GRH_LEN: usize = 40;
 pub(crate) struct Message<'a> {
     /// The requester's QP: scheduled again when the responder's fault it waits for ends.
     pub(crate) from: &'a Arc<QpShared>,
+    /// The responder's fault the message waits for (`fault::Ticket`, kept with the WQE at the
+    /// head of the requester's send queue); none for datagrams, which never wait.
+    pub(crate) ticket: Option<&'a Cell<fault::Ticket>>,
     /// The operation.
     pub(crate) opcode: WrOpcode,
     /// Sending QP number.
@@ -117,9 +121,9 @@ pub(crate) enum Reply {
     Retry,
     /// Not executed yet: a page of the responder's own ODP memory was unmapped. The responder
     /// faults only on its own QP's fault work (`fault`), which schedules the requester again
-    /// when it ends; the requester waits for that without a timer and without counting a
-    /// retry (nothing a peer sees but time). A receive WQE taken stays pending, data an RDMA
-    /// WRITE placed stays.
+    /// when it ends. An RC or UC requester waits for that under its retransmission timer (each
+    /// expiry a retry); a UD one takes the datagram as lost. A receive WQE taken stays
+    /// pending, data an RDMA WRITE placed stays.
     Wait,
 }
 

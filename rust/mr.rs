@@ -18,7 +18,7 @@ use crate::{
     limit::Token,
     mem::{copy_pages, Pages},
     mw::MwShared,
-    odp::{CounterSets, Faults, Odp, OdpCounters, OdpUmem},
+    odp::{src_side, CounterSets, Faults, Odp, OdpCounters, OdpUmem},
 };
 use core::ops::Deref;
 use kernel::{
@@ -644,8 +644,9 @@ impl MrShared {
     /// Copies `len` bytes from `src` at `src_off` to `off`: page to page between pinned and ODP
     /// memory (holding the ODP umems' mutexes, in address order, up to 64 KiB at a time),
     /// through a bounce buffer when kernel memory takes part. A side `faults` does not let
-    /// fault uses only its ODP pages mapped already and fails the copy with
-    /// [`crate::odp::UNMAPPED`] at one that is not (bytes before it may be copied).
+    /// fault uses only its ODP pages mapped already and fails the copy at one that is not
+    /// (bytes before it may be copied) with [`crate::odp::UNMAPPED`] for the destination's,
+    /// [`crate::odp::UNMAPPED_SRC`] for the source's.
     pub(crate) fn copy_from(
         &self,
         off: usize,
@@ -666,17 +667,24 @@ impl MrShared {
                 });
             }
             (Memory::Pinned(d), Memory::Odp(s)) => {
-                return s.each_in(src_off, len, faults.src, |u, uoff, pos, n| {
-                    u.with_chunks(uoff, n, false, faults.src, |v, voff, vn| {
-                        copy_pages(d.pages(), off + pos + (voff - uoff), v, voff, vn)
+                return s
+                    .each_in(src_off, len, faults.src, |u, uoff, pos, n| {
+                        u.with_chunks(uoff, n, false, faults.src, |v, voff, vn| {
+                            copy_pages(d.pages(), off + pos + (voff - uoff), v, voff, vn)
+                        })
                     })
-                });
+                    .map_err(src_side);
             }
             (Memory::Odp(d), Memory::Odp(s)) => {
                 return d.each_in(off, len, faults.dst, |du, duoff, dpos, dn| {
-                    s.each_in(src_off + dpos, dn, faults.src, |su, suoff, spos, sn| {
-                        OdpUmem::copy(du, duoff + spos, su, suoff, sn, faults)
-                    })
+                    // The copy tells the sides apart; a missing child of the source's
+                    // implicit MR is the source's.
+                    let mut copied = Ok(());
+                    let r = s.each_in(src_off + dpos, dn, faults.src, |su, suoff, spos, sn| {
+                        copied = OdpUmem::copy(du, duoff + spos, su, suoff, sn, faults);
+                        copied
+                    });
+                    copied.and(r.map_err(src_side))
                 });
             }
             _ => {}
@@ -691,7 +699,8 @@ impl MrShared {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(bounce.len());
-            src.read(src_off + done, &mut bounce[..n], faults.src)?;
+            src.read(src_off + done, &mut bounce[..n], faults.src)
+                .map_err(src_side)?;
             self.write(off + done, &bounce[..n], faults.dst)?;
             done += n;
         }

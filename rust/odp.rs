@@ -42,8 +42,22 @@ const HOLD: usize = 64 << 10;
 /// in, hundreds of times in a row, ends an access in error.
 const ATTEMPTS: u32 = 256;
 
-/// The error of an access that may not fault (see [`Faults`]) and found a page unmapped.
+/// The error of an access that may not fault (see [`Faults`]) and found a page unmapped; of a
+/// copy, a page of its destination.
 pub(crate) const UNMAPPED: Error = ENODATA;
+
+/// The error of a copy that may not fault and found a page of its source unmapped (so that the
+/// responder knows whose page it was without looking again, when it may be mapped again).
+pub(crate) const UNMAPPED_SRC: Error = ENOMSG;
+
+/// [`UNMAPPED`] of a copy's source as [`UNMAPPED_SRC`].
+pub(crate) fn src_side(e: Error) -> Error {
+    if e == UNMAPPED {
+        UNMAPPED_SRC
+    } else {
+        e
+    }
+}
 
 /// Which sides of a copy may fault missing pages in. The responder copies between the
 /// requester's memory and its own on the requester's worker, holding the requester's send side

@@ -10,7 +10,7 @@
 use crate::{
     cq::CqShared,
     device::{Device, Pd, UContext},
-    engine::{FaultState, Scratch, Seg},
+    engine::{FaultState, Scratch, Seg, Ticket},
     ib::{
         abi::{self, RecvWqe, SendWqe, Sge, Wc},
         event::Events,
@@ -27,6 +27,7 @@ use crate::{
     queue::Queue,
     srq::{recv_wqe_size, SrqShared},
 };
+use core::cell::Cell;
 use kernel::{
     impl_has_hr_timer, impl_has_work, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
@@ -123,6 +124,13 @@ pub(crate) struct SendSide {
     pub(crate) scratch: Scratch,
     /// The RNR or retransmission timer the WQE at the head waits for; dropping it cancels it.
     pub(crate) backoff: Option<ArcHrTimerHandle<QpShared>>,
+    /// The WQE at the head waits for a responder's fault (`Reply::Wait`): the retransmission
+    /// timer bounds the wait, the fault's end runs it earlier.
+    pub(crate) waiting: bool,
+    /// What the WQE at the head knows of that fault (reset per WQE).
+    pub(crate) ticket: Cell<Ticket>,
+    /// The number of the fault it waited for when it last ran (0: none).
+    pub(crate) wait_seq: u64,
 }
 
 /// The receive side: ring (none with an SRQ) and the responder's scratch slot.
@@ -423,6 +431,9 @@ impl Qp {
                         attr_gen: None,
                         scratch,
                         backoff: None,
+                        waiting: false,
+                        ticket: Cell::new(Ticket::default()),
+                        wait_seq: 0,
                     }),
                     rq <- new_mutex!(RecvSide {
                         queue: rq,
@@ -697,6 +708,8 @@ impl Qp {
             sq.backoff = None;
         }
         s.rq.lock().queue = None;
+        // The requesters waiting for this QP's fault run again and find it gone.
+        crate::engine::forget_faults(s);
         s.tables.groups.detach_qp(s.qpn);
         s.tables.qps.remove(s.qpn);
     }
@@ -806,7 +819,12 @@ impl QpShared {
         sq.backoff = None;
         sq.rnr_left = None;
         sq.retry_left = None;
+        sq.waiting = false;
+        sq.ticket.set(Ticket::default());
+        sq.wait_seq = 0;
         drop(sq);
+        // No delivery after the reset takes an outcome of before.
+        crate::engine::forget_faults(self);
         let mut rq = self.rq.lock();
         if let Some(q) = rq.queue.as_ref() {
             q.set_producer(0);

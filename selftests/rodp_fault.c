@@ -34,6 +34,13 @@
  * a second victim QP (connected to the attacker's second QP) writes and reads the attacker's
  * memory correctly.
  *
+ * stalled_fuse_ud_target: the attacker is a UD receiver whose buffer is over the stalled file:
+ * the victim's datagram to it is lost (its send completes), and the victim's next datagram, to an
+ * honest receiver, is delivered within seconds.
+ *
+ * stalled_fuse_target_times_out: a victim QP with a short transport timer waiting for the
+ * attacker's stalled fault gets RETRY_EXC_ERR after about retry_cnt periods of it.
+ *
  * long_chain_does_not_starve: a QP with a chain of 1 MiB writes does not delay the small
  * writes of another QP (a requester run ends after 1 MiB and is queued again).
  */
@@ -447,6 +454,52 @@ static int target(struct shared *sh, int fuse_fd)
 	return 0;
 }
 
+/*
+ * The attacker as a UD receiver (uid 65534): a UD QP (Q_Key UD_QKEY) whose one receive is in
+ * an ODP MR over a private writable mapping of the FUSE file, never read; waits until told to
+ * stop.
+ */
+#define UD_QKEY 0x1234
+static int ud_target(struct shared *sh, int fuse_fd)
+{
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	struct ibv_cq *cq;
+	struct dev d;
+	void *map;
+	int fd;
+
+	close(fuse_fd);
+	if (become_nobody())
+		return 10;
+	fd = open(MNT "/f", O_RDONLY);
+	if (fd < 0)
+		return 11;
+	map = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED || madvise(map, FSIZE, MADV_RANDOM))
+		return 12;
+	if (dev_open(&d, "rodp0"))
+		return 13;
+	cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
+	qp = cq ? make_qp(&d, cq, cq, IBV_QPT_UD, NULL) : NULL;
+	mr = ibv_reg_mr(d.pd, map, FSIZE, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE);
+	if (!qp || !mr)
+		return 14;
+	if (ud_ready(qp, UD_QKEY) || post_recv(qp, map, 40 + 4096, mr->lkey, 1))
+		return 15;
+	sh->tqpn[0] = qp->qp_num;
+	sh->connected = 1;
+	while (!sh->stop)
+		usleep(10000);
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	dev_close(&d);
+	munmap(map, FSIZE);
+	close(fd);
+	return 0;
+}
+
 FIXTURE(fault) {
 	struct dev d;
 	struct daemon dm;
@@ -818,6 +871,176 @@ TEST_F_TIMEOUT(fault, stalled_fuse_target, 300)
 	/* The unrelated pair still works. */
 	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
 					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
+}
+
+/*
+ * stalled_fuse_ud_target: the attacker is a UD receiver whose receive buffer is in ODP memory
+ * over the stalled FUSE file. The victim's datagram to it is lost (the send completes at once,
+ * the attacker's fault is queued), and the victim's next datagram, to an honest receiver, is
+ * delivered within seconds while the attacker's fault still waits.
+ */
+TEST_F_TIMEOUT(fault, stalled_fuse_ud_target, 300)
+{
+	struct ibv_send_wr wr = { .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_qp *honest;
+	struct ibv_sge sge;
+	struct ibv_ah *ah;
+	struct ibv_wc wc;
+	int status;
+	long t0;
+
+	self->buf = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, self->buf);
+	self->mr = ibv_reg_mr(self->d.pd, self->buf, FSIZE, ALL_ACCESS);
+	self->cq = ibv_create_cq(self->d.ctx, 256, NULL, NULL, 0);
+	self->cq2 = ibv_create_cq(self->d.ctx, 256, NULL, NULL, 0);
+	ASSERT_NE(NULL, self->mr);
+	ASSERT_NE(NULL, self->cq);
+	ASSERT_NE(NULL, self->cq2);
+	self->victim = make_qp(&self->d, self->cq, self->cq, IBV_QPT_UD, NULL);
+	honest = make_qp(&self->d, self->cq2, self->cq2, IBV_QPT_UD, NULL);
+	/* Destroyed by the teardown. */
+	self->victim2 = honest;
+	ASSERT_NE(NULL, self->victim);
+	ASSERT_NE(NULL, honest);
+	ASSERT_EQ(0, ud_ready(self->victim, UD_QKEY));
+	ASSERT_EQ(0, ud_ready(honest, UD_QKEY));
+	ah = make_ah(&self->d, self->d.pd, self->d.gid_index);
+	ASSERT_NE(NULL, ah);
+	ASSERT_EQ(0, post_recv(honest, self->buf + HALF, 40 + 4096, self->mr->lkey, 9));
+
+	/* The daemon holds every READ: the attacker's receive buffer was never read. */
+	pthread_mutex_lock(&self->dm.lock);
+	self->dm.stall = 1;
+	pthread_mutex_unlock(&self->dm.lock);
+	self->child = fork();
+	ASSERT_LE(0, self->child);
+	if (!self->child)
+		_exit(ud_target(self->sh, self->dm.fd));
+	t0 = now_ms();
+	while (!self->sh->connected && now_ms() - t0 < 30000)
+		usleep(1000);
+	ASSERT_TRUE(self->sh->connected) TH_LOG("the attacker did not set up (see its exit code)");
+
+	fill(self->buf, 4096, 6);
+	sge = (struct ibv_sge){ (uintptr_t)self->buf, 4096, self->mr->lkey };
+	wr.sg_list = &sge;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qkey = UD_QKEY;
+	/* To the attacker: lost, but the send completes. */
+	wr.wr_id = 1;
+	wr.wr.ud.remote_qpn = self->sh->tqpn[0];
+	ASSERT_EQ(0, ibv_post_send(self->victim, &wr, &bad));
+	t0 = now_ms();
+	ASSERT_EQ(1, poll1(self->cq, &wc, STALL_MS)) TH_LOG("the datagram to the attacker waits");
+	EXPECT_EQ(1, wc.wr_id);
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	/* Its fault reaches the stalled daemon. */
+	while (!pending(&self->dm) && now_ms() - t0 < 30000)
+		usleep(2000);
+	ASSERT_LT(0, pending(&self->dm)) TH_LOG("no fault reached the stalled daemon");
+	/* To the honest receiver: delivered. */
+	wr.wr_id = 2;
+	wr.wr.ud.remote_qpn = honest->qp_num;
+	t0 = now_ms();
+	ASSERT_EQ(0, ibv_post_send(self->victim, &wr, &bad));
+	ASSERT_EQ(1, poll1(self->cq, &wc, STALL_MS)) TH_LOG("the victim's send queue is stuck");
+	EXPECT_EQ(2, wc.wr_id);
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(1, poll1(self->cq2, &wc, STALL_MS)) TH_LOG("the honest receiver got nothing");
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(40 + 4096, wc.byte_len);
+	EXPECT_GT(STALL_MS, now_ms() - t0);
+	EXPECT_EQ(0, memcmp(self->buf, self->buf + HALF + 40, 4096));
+	EXPECT_LT(0, pending(&self->dm)) TH_LOG("the stall ended by itself");
+
+	unstall(&self->dm);
+	self->sh->stop = 1;
+	ASSERT_EQ(self->child, waitpid(self->child, &status, 0));
+	self->child = 0;
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status)) TH_LOG("attacker exit code");
+	ibv_destroy_ah(ah);
+}
+
+/*
+ * stalled_fuse_target_times_out: a victim whose QP has a short transport timer (timeout 12,
+ * 16.8 ms; retry_cnt 3) WRITEs into the attacker's memory over the stalled FUSE file: waiting
+ * for the attacker's fault is bounded like a message with no answer, the WQE completes with
+ * RETRY_EXC_ERR after about retry_cnt timer periods while the fault still waits.
+ */
+TEST_F_TIMEOUT(fault, stalled_fuse_target_times_out, 300)
+{
+	struct rc_opts opts = rc_default;
+	struct ibv_wc wc;
+	int status;
+	long t0, ms;
+
+	opts.timeout = 12;
+	opts.retry_cnt = 3;
+	self->buf = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, self->buf);
+	self->mr = ibv_reg_mr(self->d.pd, self->buf, FSIZE, ALL_ACCESS);
+	self->cq = ibv_create_cq(self->d.ctx, 256, NULL, NULL, 0);
+	self->cq2 = ibv_create_cq(self->d.ctx, 256, NULL, NULL, 0);
+	ASSERT_NE(NULL, self->mr);
+	ASSERT_NE(NULL, self->cq);
+	ASSERT_NE(NULL, self->cq2);
+	self->victim = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	self->victim2 = make_qp(&self->d, self->cq2, self->cq2, IBV_QPT_RC, NULL);
+	ASSERT_NE(NULL, self->victim);
+	ASSERT_NE(NULL, self->victim2);
+
+	self->sh->gid = self->d.gid;
+	self->child = fork();
+	ASSERT_LE(0, self->child);
+	if (!self->child)
+		_exit(target(self->sh, self->dm.fd));
+	t0 = now_ms();
+	while (!self->sh->qpn[1] && now_ms() - t0 < 30000)
+		usleep(1000);
+	ASSERT_NE(0, self->sh->qpn[1]) TH_LOG("the attacker did not set up (see its exit code)");
+	ASSERT_EQ(0, rc_connect(self->victim, &self->d, self->sh->tqpn[0], &self->d.gid, &opts));
+	ASSERT_EQ(0, rc_connect(self->victim2, &self->d, self->sh->tqpn[1], &self->d.gid,
+				&rc_default));
+	self->sh->vqpn2 = self->victim2->qp_num;
+	self->sh->qpn[0] = self->victim->qp_num;
+	t0 = now_ms();
+	while (!self->sh->connected && now_ms() - t0 < 30000)
+		usleep(1000);
+	ASSERT_TRUE(self->sh->connected);
+
+	pthread_mutex_lock(&self->dm.lock);
+	self->dm.stall = 1;
+	pthread_mutex_unlock(&self->dm.lock);
+	fill(self->buf, FSIZE, 3);
+	t0 = now_ms();
+	ASSERT_EQ(0, post_send(self->victim, IBV_WR_RDMA_WRITE, self->buf, TLEN, self->mr->lkey,
+			       self->sh->taddr, self->sh->trkey, 0, 1));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3 * STALL_MS)) TH_LOG("the wait is not bounded");
+	ms = now_ms() - t0;
+	EXPECT_EQ(IBV_WC_RETRY_EXC_ERR, wc.status);
+	/* 3 expiries of 16.8 ms, with room for a slow emulated guest. */
+	EXPECT_LE(40, ms);
+	EXPECT_GT(STALL_MS / 2, ms) TH_LOG("took %ld ms", ms);
+	/* What it waited for: the attacker's fault, held by the daemon. */
+	t0 = now_ms();
+	while (!pending(&self->dm) && now_ms() - t0 < 30000)
+		usleep(2000);
+	EXPECT_LT(0, pending(&self->dm)) TH_LOG("no fault reached the stalled daemon");
+
+	unstall(&self->dm);
+	/* The attacker's other QP still serves an honest requester. */
+	ASSERT_EQ(0, post_send(self->victim2, IBV_WR_RDMA_WRITE, self->buf, TLEN, self->mr->lkey,
+			       self->sh->taddr, self->sh->trkey, 0, 2));
+	ASSERT_EQ(1, poll1(self->cq2, &wc, 60000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	self->sh->stop = 1;
+	ASSERT_EQ(self->child, waitpid(self->child, &status, 0));
+	self->child = 0;
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status)) TH_LOG("attacker exit code");
 }
 
 #define CHAIN 32

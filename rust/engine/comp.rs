@@ -7,6 +7,7 @@
 //! Waiting is a timer per QP (an hrtimer that wakes the requester): a worker never sleeps for
 //! a peer, so QPs in backoff cost no worker and cannot delay other QPs.
 
+use super::fault::Ticket;
 use crate::{
     ib::{
         abi::{SendWqe, Wc},
@@ -43,7 +44,8 @@ pub(super) enum Exec {
     /// No answer: retry later.
     NoAnswer,
     /// The responder faults its own memory in: run again when its fault work schedules this
-    /// QP (no timer, no retry counted).
+    /// QP, or when the retransmission timer fires, which bounds the wait for one fault as for
+    /// a message with no answer (each expiry is a retry).
     Wait,
 }
 
@@ -58,17 +60,22 @@ fn timeout_delay(code: u8) -> Delta {
 
 /// Arms `qp`'s backoff timer: the WQE at the head runs again when it fires.
 fn backoff(qp: &Arc<QpShared>, sq: &mut SendSide, delay: Delta) {
+    // A timer still running (a WQE waiting for a fault ran early and got another answer) is
+    // cancelled first: dropping its handle later would cancel the new one.
+    sq.backoff = None;
     qp.backoff_armed.store(true, Release);
     sq.backoff = Some(qp.clone().start(delay));
 }
 
-/// Whether the head WQE must still wait for its backoff timer; forgets an expired one.
+/// Whether the head WQE must still wait for its backoff timer; forgets an expired one. A WQE
+/// waiting for a responder's fault runs whenever it is scheduled (the fault's end schedules
+/// it): the timer only bounds the wait.
 pub(super) fn backing_off(qp: &QpShared, sq: &mut SendSide) -> bool {
     if sq.backoff.is_none() {
         return false;
     }
     if qp.backoff_armed.load(Acquire) {
-        return true;
+        return !sq.waiting;
     }
     sq.backoff = None;
     false
@@ -93,9 +100,22 @@ pub(super) fn complete(
 ) -> bool {
     let a = sq.attr;
     let stats = &qp.tables.stats;
+    let waited = core::mem::replace(&mut sq.waiting, matches!(exec, Exec::Wait));
+    if let Exec::Wait = exec {
+        // Waiting for another fault than before (the last one ended): the timer and the retries
+        // start again; only a wait without progress runs out of them. `fault::ROUNDS` bounds
+        // the faults.
+        let seq = sq.ticket.get().seq();
+        if core::mem::replace(&mut sq.wait_seq, seq) != seq {
+            sq.retry_left = None;
+            sq.backoff = None;
+        } else if waited && sq.backoff.is_some() {
+            // Run early (a doorbell) while the timer runs: wait on, counting nothing.
+            return false;
+        }
+    }
     let (status, byte_len) = match exec {
         Exec::Done(s, l) => (s, l),
-        Exec::Wait => return false,
         Exec::Rnr(timer) => {
             stats.inc(Counter::RcvdRnrErr);
             let left = sq.rnr_left.get_or_insert(a.rnr_retry);
@@ -112,7 +132,7 @@ pub(super) fn complete(
                 return false;
             }
         }
-        Exec::NoAnswer => {
+        Exec::NoAnswer | Exec::Wait => {
             let left = sq.retry_left.get_or_insert(a.retry_cnt);
             if *left == 0 && a.timeout != 0 {
                 stats.inc(Counter::RetryExceededErr);
@@ -121,8 +141,10 @@ pub(super) fn complete(
                 if a.timeout != 0 {
                     *left -= 1;
                 }
-                // Re-resolve: the peer may appear or change state meanwhile.
-                sq.peer = None;
+                if matches!(exec, Exec::NoAnswer) {
+                    // Re-resolve: the peer may appear or change state meanwhile.
+                    sq.peer = None;
+                }
                 backoff(qp, &mut sq, timeout_delay(a.timeout));
                 return false;
             }
@@ -130,6 +152,10 @@ pub(super) fn complete(
     };
     sq.rnr_left = None;
     sq.retry_left = None;
+    sq.ticket.set(Ticket::default());
+    sq.wait_seq = 0;
+    // A timer still running for a wait the fault's end cut short must not hold up the next WQE.
+    sq.backoff = None;
     // Free the slot before the completion is visible: a consumer that sees the completion may
     // post into the slot at once.
     sq.cons = q.next(sq.cons);
@@ -179,6 +205,9 @@ fn send_wc(qp: &QpShared, w: &SendWqe, op: Option<WrOpcode>, status: WcStatus, l
 /// Completes every queued send WQE with `WR_FLUSH_ERR` and forgets any backoff.
 pub(super) fn flush(qp: &QpShared, sq: &mut SendSide, q: &Queue) {
     sq.backoff = None;
+    sq.waiting = false;
+    sq.ticket.set(Ticket::default());
+    sq.wait_seq = 0;
     let prod = q.producer();
     let n = sq.buf.len().min(q.elem_size());
     while sq.cons != prod {

@@ -8,12 +8,20 @@
 //! never faults there. When a range of its own memory is not mapped, it records the range
 //! ([`Want`]) and the waiting requester here and answers [`super::Reply::Wait`]; the fault
 //! runs on the responder QP's fault work, holding no lock of any QP, and then kicks every
-//! requester that waited. The retried delivery finds the pages mapped, or the fault's failure
-//! recorded for exactly that range ([`FaultState::done`]), and ends as a synchronous fault that
-//! failed would have.
+//! requester that waited. The retried delivery finds the pages mapped, or the failure of the
+//! fault it waited for ([`Ticket`]) recorded for exactly that range ([`FaultState::done`]), and
+//! ends as a synchronous fault that failed would have; or, after [`ROUNDS`] faults that each
+//! succeeded and were undone before it came back, as one that kept losing to invalidations.
 
 use crate::{mr::MrShared, qp::QpShared};
-use kernel::{prelude::*, sync::Arc};
+use core::cell::Cell;
+use kernel::{
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+};
 
 /// A range of a responder's own memory to fault in.
 #[derive(Clone)]
@@ -56,15 +64,54 @@ struct Named {
     write: bool,
 }
 
+/// Rounds of one message in which its responder's fault of a range succeeded but the retried
+/// delivery found the range unmapped again (an invalidation after each fault, say a responder
+/// that keeps discarding its pages): the delivery then ends as a synchronous fault that kept
+/// losing to invalidations ended (`EAGAIN` after the ODP layer's 256 attempts).
+const ROUNDS: u32 = 256;
+
+/// The number of the next fault of any responder (never 0, never reused: a ticket names one
+/// fault of one QP).
+static SEQ: Atomic<u64> = Atomic::new(1);
+
+/// What the message at the head of a requester's send queue knows of the responder's fault it
+/// waits for (`SendSide::ticket`, reset with every WQE): the number of the fault it waits for
+/// (0: none) and its [`ROUNDS`] so far. Only a delivery holding a fault's number takes its
+/// outcome.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub(crate) struct Ticket {
+    seq: u64,
+    rounds: u32,
+}
+
+impl Ticket {
+    /// The number of the fault waited for (0: none).
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// A requester waiting for a fault (`FaultState::waiters`).
+pub(crate) type Waiter<'a> = (&'a Arc<QpShared>, &'a Cell<Ticket>);
+
 /// A responder QP's fault state (`QpShared::fault`): taken under the QP's receive side by the
 /// responder and alone by the fault work, never held across a fault.
 pub(crate) struct FaultState {
-    /// The range queued or being faulted.
-    want: Option<Want>,
+    /// The range queued or being faulted, and the fault's number.
+    want: Option<(u64, Want)>,
     /// The requesters to schedule when the fault ends.
     waiters: KVec<Arc<QpShared>>,
-    /// The last fault's range and outcome, until a delivery needing that range takes it.
-    done: Option<(Named, Result)>,
+    /// The last fault's number, range and outcome: for the deliveries that waited for it.
+    done: Option<(u64, Named, Result)>,
+}
+
+/// What [`FaultState::check`] tells a delivery that found a range of its own memory unmapped.
+#[derive(PartialEq, Eq, Debug)]
+enum Verdict {
+    /// Fault it (again), or wait for the fault under way.
+    Ask,
+    /// Fail with this error.
+    Fail(Error),
 }
 
 impl FaultState {
@@ -77,50 +124,116 @@ impl FaultState {
         }
     }
 
-    /// The outcome of the fault of `n` if that is the last fault that ended; taken, so that
-    /// one delivery uses it once.
-    fn take_done(&mut self, n: Named) -> Option<Result> {
-        match self.done {
-            Some((d, r)) if d == n => {
-                self.done = None;
-                Some(r)
-            }
-            _ => None,
-        }
+    /// [`verdict`] for this state.
+    fn check(&self, t: Ticket, n: Named) -> (Verdict, Ticket) {
+        verdict(self.want.as_ref().map(|w| w.0), self.done, t, n)
+    }
+
+    /// Forgets the fault queued and the last outcome (a reset or destroyed QP: no delivery
+    /// that waited before may take them); returns the waiters to schedule.
+    fn forget(&mut self) -> KVec<Arc<QpShared>> {
+        self.want = None;
+        self.done = None;
+        core::mem::take(&mut self.waiters)
     }
 }
 
-/// The responder of `dst` found `w` of its own memory unmapped during a delivery from `from`.
-/// `Err` with the error of the fault of exactly this range that ended since (the delivery
-/// then ends as a failed fault of its own would); otherwise `Ok` once the fault is queued (or
-/// already under way) and `from` will be scheduled when it ends: the message waits.
-pub(super) fn ask(dst: &Arc<QpShared>, from: &Arc<QpShared>, w: Want) -> Result {
-    let mut f = dst.fault.lock();
-    // A success means the pages went away again since: fault once more.
-    f.take_done(w.name()).unwrap_or(Ok(()))?;
-    if !f.waiters.iter().any(|q| Arc::ptr_eq(q, from)) {
-        // The data path allocates here only while a fault is under way; without memory the
-        // delivery fails as the fault would.
-        f.waiters
-            .push(from.clone(), GFP_KERNEL)
-            .map_err(|_| ENOMEM)?;
+/// The verdict for a delivery with ticket `t` that found `n` unmapped, given the fault
+/// `under_way` and the last one `done`; and its ticket updated. The outcome of a fault counts only for the deliveries that waited for it, and
+/// only for its range: a failure recorded is not another delivery's, nor one's after a
+/// reset. A message that asks again after the fault it waited for ended (a success, whose
+/// pages went away again since, or another range's fault) starts one more round.
+fn verdict(
+    under_way: Option<u64>,
+    done: Option<(u64, Named, Result)>,
+    t: Ticket,
+    n: Named,
+) -> (Verdict, Ticket) {
+    if t.seq == 0 || under_way == Some(t.seq) {
+        return (Verdict::Ask, t);
     }
-    // With another range under way, its end schedules `from`, whose next delivery asks for
-    // this one.
-    if f.want.is_none() {
-        f.want = Some(w);
+    if let Some((seq, d, Err(e))) = done {
+        if seq == t.seq && d == n {
+            return (Verdict::Fail(e), Ticket::default());
+        }
+    }
+    let rounds = t.rounds + 1;
+    if rounds >= ROUNDS {
+        return (Verdict::Fail(EAGAIN), Ticket::default());
+    }
+    (Verdict::Ask, Ticket { seq: 0, rounds })
+}
+
+/// The responder of `dst` found `w` of its own memory unmapped during a delivery; `from` is the
+/// requester that waits for it (none for a datagram, which is lost: its receiver's fault is
+/// only queued for the next one). `Err` with the error of the fault that `from` waited for, of
+/// exactly this range (the delivery then ends as a failed fault of its own would), or `EAGAIN`
+/// after [`ROUNDS`]; otherwise `Ok` once the fault is queued (or one is under way) and `from`
+/// will be scheduled when it ends: the message waits.
+pub(super) fn ask(dst: &Arc<QpShared>, from: Option<Waiter<'_>>, w: Want) -> Result {
+    let mut f = dst.fault.lock();
+    if let Some((q, ticket)) = from {
+        let (v, mut t) = f.check(ticket.get(), w.name());
+        if let Verdict::Fail(e) = v {
+            ticket.set(t);
+            return Err(e);
+        }
+        if !f.waiters.iter().any(|x| Arc::ptr_eq(x, q)) {
+            // The data path allocates here only while a fault is under way; without memory
+            // the delivery fails as the fault would.
+            if f.waiters.push(q.clone(), GFP_KERNEL).is_err() {
+                ticket.set(Ticket::default());
+                return Err(ENOMEM);
+            }
+        }
+        // With another range under way, `from` waits for that one; its end schedules `from`,
+        // whose next delivery asks for this one.
+        t.seq = match &f.want {
+            Some((seq, _)) => *seq,
+            None => SEQ.fetch_add(1, Relaxed),
+        };
+        ticket.set(t);
+        if f.want.is_none() {
+            f.want = Some((t.seq, w));
+            drop(f);
+            // Not queued while `want` was empty: the last run cleared it before it returned.
+            let _ = crate::ib::wq::get().enqueue::<_, 1>(dst.clone());
+        }
+    } else if f.want.is_none() {
+        f.want = Some((SEQ.fetch_add(1, Relaxed), w));
         drop(f);
-        // Not queued while `want` was empty: the last run cleared it before it returned.
         let _ = crate::ib::wq::get().enqueue::<_, 1>(dst.clone());
     }
     Ok(())
+}
+
+/// The delivery holding `ticket` found the range it waited for mapped: the outcome of that
+/// fault is nobody else's.
+pub(super) fn found(dst: &QpShared, ticket: &Cell<Ticket>) {
+    let seq = ticket.get().seq;
+    if seq == 0 {
+        return;
+    }
+    let mut f = dst.fault.lock();
+    if matches!(f.done, Some((s, _, _)) if s == seq) {
+        f.done = None;
+    }
+}
+
+/// Forgets `qp`'s queued fault and last outcome (modify to RESET, destroy) and schedules the
+/// requesters that waited, whose next delivery finds the QP reset.
+pub(crate) fn forget(qp: &QpShared) {
+    let waiters = qp.fault.lock().forget();
+    for q in waiters {
+        q.kick();
+    }
 }
 
 /// The fault work of the responder QP `qp`: faults the wanted range in with no lock held
 /// (charged to the memory cgroup of the MR's registration, as every fault of it), records the
 /// outcome and schedules the requesters that waited.
 pub(crate) fn run(qp: &QpShared) {
-    let Some(w) = qp.fault.lock().want.clone() else {
+    let Some((seq, w)) = qp.fault.lock().want.clone() else {
         return;
     };
     // A registration deregistered or replaced since is not faulted: the retried delivery
@@ -134,8 +247,12 @@ pub(crate) fn run(qp: &QpShared) {
     };
     let waiters = {
         let mut f = qp.fault.lock();
+        if !matches!(f.want, Some((s, _)) if s == seq) {
+            // Forgotten meanwhile (a reset): its outcome is nobody's.
+            return;
+        }
         f.want = None;
-        f.done = Some((w.name(), r));
+        f.done = Some((seq, w.name(), r));
         core::mem::take(&mut f.waiters)
     };
     for q in waiters {
@@ -156,28 +273,71 @@ mod tests {
         }
     }
 
+    const fn ticket(seq: u64, rounds: u32) -> Ticket {
+        Ticket { seq, rounds }
+    }
+
     #[test]
-    fn a_failure_is_taken_once_by_its_range_only() {
+    fn a_failure_is_only_its_waiters_for_its_range() {
         let mut f = FaultState::new();
-        assert!(f.take_done(named(1, 0)).is_none());
-        f.done = Some((named(1, 0), Err(EFAULT)));
-        // Another range, another registration at the same offset, or a read of it: not its.
-        assert!(f.take_done(named(1, 4096)).is_none());
-        assert!(f.take_done(named(2, 0)).is_none());
+        f.done = Some((7, named(1, 0), Err(EFAULT)));
+        // A delivery that never waited (a new message, or one after a reset): no failure.
+        assert_eq!(
+            f.check(ticket(0, 0), named(1, 0)),
+            (Verdict::Ask, ticket(0, 0))
+        );
+        // One that waited for another fault: not its failure either.
+        assert_eq!(f.check(ticket(6, 0), named(1, 0)).0, Verdict::Ask);
+        // Its waiter, for another range, another registration, or a read of it: not its.
+        assert_eq!(f.check(ticket(7, 0), named(1, 4096)).0, Verdict::Ask);
+        assert_eq!(f.check(ticket(7, 0), named(2, 0)).0, Verdict::Ask);
         let read = Named {
             write: false,
             ..named(1, 0)
         };
-        assert!(f.take_done(read).is_none());
-        assert_eq!(f.take_done(named(1, 0)), Some(Err(EFAULT)));
-        assert!(f.take_done(named(1, 0)).is_none());
+        assert_eq!(f.check(ticket(7, 0), read).0, Verdict::Ask);
+        // Its waiter for its range: every waiter of that fault gets it.
+        let want = (Verdict::Fail(EFAULT), Ticket::default());
+        assert_eq!(f.check(ticket(7, 3), named(1, 0)), want);
+        assert_eq!(f.check(ticket(7, 0), named(1, 0)), want);
     }
 
     #[test]
-    fn a_success_is_taken_too() {
+    fn a_fault_under_way_is_waited_for_without_a_round() {
+        let done = Some((4, named(1, 0), Err(EFAULT)));
+        // The fault 5 is queued: nothing ended for its waiter yet.
+        let v = verdict(Some(5), done, ticket(5, 2), named(1, 0));
+        assert_eq!(v, (Verdict::Ask, ticket(5, 2)));
+    }
+
+    #[test]
+    fn a_success_whose_pages_went_again_is_a_round_up_to_the_limit() {
         let mut f = FaultState::new();
-        f.done = Some((named(3, 0), Ok(())));
-        assert_eq!(f.take_done(named(3, 0)), Some(Ok(())));
-        assert!(f.done.is_none());
+        f.done = Some((9, named(3, 0), Ok(())));
+        assert_eq!(
+            f.check(ticket(9, 0), named(3, 0)),
+            (Verdict::Ask, ticket(0, 1))
+        );
+        assert_eq!(
+            f.check(ticket(9, ROUNDS - 2), named(3, 0)),
+            (Verdict::Ask, ticket(0, ROUNDS - 1))
+        );
+        assert_eq!(
+            f.check(ticket(9, ROUNDS - 1), named(3, 0)),
+            (Verdict::Fail(EAGAIN), Ticket::default())
+        );
+    }
+
+    #[test]
+    fn forgetting_drops_the_queued_fault_and_the_outcome() {
+        let mut f = FaultState::new();
+        f.done = Some((11, named(1, 0), Err(EFAULT)));
+        assert!(f.forget().is_empty());
+        assert!(f.done.is_none() && f.want.is_none());
+        // Its former waiter now only starts a round.
+        assert_eq!(
+            f.check(ticket(11, 0), named(1, 0)),
+            (Verdict::Ask, ticket(0, 1))
+        );
     }
 }

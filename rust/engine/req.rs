@@ -7,6 +7,7 @@
 use super::{
     comp::{self, Exec},
     deliver,
+    fault::Ticket,
     packet::Gid,
     xfer::{refault, resolve, transfer, Scratch, Seg, Src},
     Message, Nak, Reply, Ud,
@@ -25,6 +26,7 @@ use crate::{
     qp::{QpShared, SendSide},
     stats::{packets, Counter},
 };
+use core::cell::Cell;
 use kernel::{
     prelude::*,
     sync::{atomic::Acquire, Arc},
@@ -108,6 +110,7 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
         sgid,
         attr,
         scratch,
+        ticket,
         ..
     } = &mut *sq;
     let n = buf.len().min(q.elem_size());
@@ -128,6 +131,7 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
             &buf[..n],
             peer.as_ref().map(|(p, _)| (p, &*sgid)),
             scratch,
+            ticket,
             moved,
         ),
         _ => Exec::Done(WcStatus::LocQpOpErr, 0),
@@ -143,7 +147,8 @@ fn find_rc_peer(dgid: &[u8; 16], qpn: u32) -> Option<Arc<QpShared>> {
 }
 
 /// Executes one send WQE `w` (operation `op`) of `qp`; `raw` is the whole WQE (for its SGEs
-/// or inline data); `peer` is an RC QP's peer and the GID it sends from.
+/// or inline data); `peer` is an RC QP's peer and the GID it sends from; `ticket` what the WQE
+/// knows of the responder's fault it waits for.
 #[expect(clippy::too_many_arguments)]
 fn execute(
     qp: &Arc<QpShared>,
@@ -153,6 +158,7 @@ fn execute(
     raw: &[u8],
     peer: Option<(&Arc<QpShared>, &[u8; 16])>,
     scratch: &mut Scratch,
+    ticket: &Cell<Ticket>,
     moved: &mut usize,
 ) -> Exec {
     // Memory window operations complete locally, in order with the WQEs around them.
@@ -238,6 +244,8 @@ fn execute(
         atomic,
         read_into: segs,
         ud: None,
+        // A datagram never waits (see below).
+        ticket: (!qp.qp_type.is_ud()).then_some(ticket),
     };
     let dest = if qp.qp_type.is_ud() {
         // A kernel consumer's WQE carries the address (its AH was checked when posting); a
@@ -308,8 +316,11 @@ fn execute(
         Reply::Nak(Nak::Access) => Exec::Done(WcStatus::RemAccessErr, 0),
         Reply::Nak(Nak::Op) => Exec::Done(WcStatus::RemOpErr, 0),
         Reply::Rnr(t) => Exec::Rnr(t),
+        // A receiver whose buffer is not mapped loses the datagram (its fault is queued for
+        // the next one): an unreliable datagram may be lost, and a receiver must not hold up
+        // its sender's queue, which serves every destination.
+        Reply::Drop | Reply::Wait if qp.qp_type.is_ud() => Exec::Done(WcStatus::Success, 0),
         Reply::Wait => Exec::Wait,
-        Reply::Drop if qp.qp_type.is_ud() => Exec::Done(WcStatus::Success, 0),
         Reply::Drop => Exec::NoAnswer,
         // `deliver_mapped` answers it.
         Reply::Retry => Exec::Done(WcStatus::LocProtErr, 0),

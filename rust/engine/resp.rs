@@ -12,7 +12,8 @@
 //! ends, and the retried delivery finds the pages, or the fault's failure, and ends as a
 //! failed fault always did. It copies from and to the requester's memory only the pages the
 //! requester has mapped (the requester faulted them in before delivering). When one of them
-//! went away in between, the message is given up with [`Reply::Retry`]: the requester faults
+//! went away in between (the copy tells whose page it found missing), the message is given up
+//! with [`Reply::Retry`]: the requester faults
 //! again and retries. Either way a receive WQE taken stays pending for the next delivery.
 
 use super::{
@@ -28,7 +29,7 @@ use crate::{
     },
     mr::MrRef,
     mw::Via,
-    odp::{Faults, UNMAPPED},
+    odp::{Faults, UNMAPPED, UNMAPPED_SRC},
     qp::{QpShared, RecvSide},
     stats::Counter,
 };
@@ -146,7 +147,8 @@ fn wait_for(
     len: usize,
     write: bool,
 ) -> Miss {
-    match fault::ask(dst, m.from, Want::new(mr.shared(), off, len, write)) {
+    let from = m.ticket.map(|t| (m.from, t));
+    match fault::ask(dst, from, Want::new(mr.shared(), off, len, write)) {
         Ok(()) => Miss::Wait,
         Err(_) => Miss::Failed,
     }
@@ -163,7 +165,12 @@ fn own(
     write: bool,
 ) -> Result<(), Miss> {
     match mr.mapped(off, len, write) {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            if let Some(t) = m.ticket {
+                fault::found(dst, t);
+            }
+            Ok(())
+        }
         Err(e) if e == UNMAPPED => Err(wait_for(dst, m, mr, off, len, write)),
         Err(_) => Err(Miss::Failed),
     }
@@ -176,16 +183,32 @@ fn own_segs(dst: &Arc<QpShared>, m: &Message<'_>, segs: &[Seg], write: bool) -> 
 }
 
 /// The answer to a copy at the responder that failed with `e`; `segs` are the responder's side
-/// of it. An unmapped page is the responder's own (its fault is queued) or else the
-/// requester's ([`Reply::Retry`]).
+/// of it, the copy's destination when `write` (else its source). An unmapped page is the
+/// responder's own (its fault is queued, even if the page is back already: the requester's
+/// memory is not to blame) or else the requester's ([`Reply::Retry`]), as the copy tells.
 fn copy_failed(dst: &Arc<QpShared>, m: &Message<'_>, segs: &[Seg], write: bool, e: Error) -> Reply {
-    if e != UNMAPPED {
+    let (mine, theirs) = if write {
+        (UNMAPPED, UNMAPPED_SRC)
+    } else {
+        (UNMAPPED_SRC, UNMAPPED)
+    };
+    if e == theirs {
+        return Reply::Retry;
+    }
+    if e != mine {
         return Reply::Nak(Nak::Op);
     }
-    match own_segs(dst, m, segs, write) {
-        Ok(()) => Reply::Retry,
-        Err(Miss::Wait) => Reply::Wait,
-        Err(Miss::Failed) => Reply::Nak(Nak::Op),
+    let miss = match own_segs(dst, m, segs, write) {
+        // Mapped again since: fault the first range anyway, which finds it mapped.
+        Ok(()) => match segs.first() {
+            Some(s) => wait_for(dst, m, &s.mr, s.off, s.len, write),
+            None => Miss::Failed,
+        },
+        Err(miss) => miss,
+    };
+    match miss {
+        Miss::Wait => Reply::Wait,
+        Miss::Failed => Reply::Nak(Nak::Op),
     }
 }
 

@@ -107,8 +107,9 @@ pub(super) fn refault(segs: &[Seg], write: bool) -> Result {
 const PIECE: usize = 1 << 20;
 
 /// Copies `len` bytes of `src` into `dst`, starting `skip` bytes into `dst`. ODP pages of a
-/// side `faults` does not let fault must be mapped already: a page that is not fails the copy
-/// with [`crate::odp::UNMAPPED`], after the bytes before it may have been copied.
+/// side `faults` does not let fault must be mapped already: a page that is not fails the copy,
+/// after the bytes before it may have been copied, with [`crate::odp::UNMAPPED`] when it is
+/// `dst`'s, [`crate::odp::UNMAPPED_SRC`] when it is `src`'s.
 pub(super) fn transfer(
     dst: &[Seg],
     skip: usize,

@@ -7,7 +7,7 @@
 use super::{
     implicit::Children,
     mtt::{Mtt, State},
-    CounterSets, Faults, ATTEMPTS, FAULT_BATCH, HOLD, UNMAPPED,
+    CounterSets, Faults, ATTEMPTS, FAULT_BATCH, HOLD, UNMAPPED, UNMAPPED_SRC,
 };
 use crate::{
     ib::{
@@ -140,8 +140,11 @@ impl OdpUmem {
                 if (dmiss, smiss) == (false, false) {
                     break;
                 }
-                if (dmiss && !faults.dst) || (smiss && !faults.src) {
+                if dmiss && !faults.dst {
                     return Err(UNMAPPED);
+                }
+                if smiss && !faults.src {
+                    return Err(UNMAPPED_SRC);
                 }
                 attempt += 1;
                 if attempt > 1 {
