@@ -12,9 +12,13 @@
 #define SLAB_SLACK 600
 
 /* Loops of thousands of verbs calls take tens of seconds under TCG: allow ten minutes. */
-FIXTURE(loop) {};
-FIXTURE_SETUP(loop) { ensure_netdevs(); }
-FIXTURE_TEARDOWN(loop) {}
+FIXTURE(loop) { long t0; };
+FIXTURE_SETUP(loop)
+{
+	ensure_netdevs();
+	self->t0 = now_ms();
+}
+FIXTURE_TEARDOWN(loop) { TH_LOG("%ld ms", now_ms() - self->t0); }
 
 TEST_F_TIMEOUT(loop, pd_10000_no_leak, 600)
 {

@@ -5,8 +5,8 @@
  * replaces that memory under it (mmap MAP_FIXED), advises it away (MADV_DONTNEED), prefetches
  * it, and unmaps and remaps a part of the MR no transfer targets. Every word read back is the
  * value just written or zero (a page replaced in between); every transfer succeeds. Afterwards
- * no page stays mapped for the device, no anonymous page stays allocated, and slab objects, free
- * memory and the module count are back to their baseline (taken after a short warm-up round).
+ * no page stays mapped for the device, no anonymous page stays allocated, and slab objects and the
+ * module count are back to their baseline (taken after a short warm-up round).
  */
 #include "rodp_verbs.h"
 #include "kselftest_harness.h"
@@ -205,9 +205,9 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 	 * Nothing the device mapped stays allocated. ODP holds no page references; one kept per
 	 * transfer or per memory change would be tens of MiB of anonymous pages left on the LRU
 	 * (the round makes thousands of each), so 8 MiB of slack there is for the harness's own
-	 * processes. Free memory itself drifts by tens of MiB under KASAN and kmemleak (stack
-	 * depots and vmalloc shadow that meminfo does not itemise: 45 MiB in one CI run), so it
-	 * only bounds a leak of whole ranges.
+	 * processes. Free memory itself is no measure under KASAN: its quarantine keeps freed
+	 * slab objects, up to 1/32 of memory (128 MiB here), and the rest drifts too (MemFree fell
+	 * 45 MiB in one CI run, 25 MiB with Slab up 26 MiB in another), so it is only logged.
 	 */
 	ASSERT_EQ(0, meminfo(&m1));
 	TH_LOG("kB before -> after: MemFree %ld -> %ld, anon LRU %ld -> %ld, Slab %ld -> %ld, "
@@ -215,7 +215,6 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 	       m1.anon_lru, m0.slab, m1.slab, m0.page_tables, m1.page_tables, m0.vmalloc,
 	       m1.vmalloc);
 	EXPECT_GE(8 * 1024, m1.anon_lru - m0.anon_lru);
-	EXPECT_GE(128 * 1024, m0.free - m1.free);
 	rc_pair_close(&rc);
 	dev_close(&d);
 	EXPECT_EQ(refs0, module_refcnt("rodp"));
