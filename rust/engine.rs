@@ -19,6 +19,7 @@ mod net;
 mod packet;
 mod req;
 mod resp;
+mod wire;
 mod xfer;
 
 pub(crate) use comp::backoff_expired;

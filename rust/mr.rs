@@ -606,7 +606,7 @@ impl MrShared {
 
     /// Copies `out.len()` bytes at offset `off` into `out`; without `fault`, from ODP pages
     /// mapped already (see [`Faults`]).
-    fn read(&self, off: usize, out: &mut [u8], fault: bool) -> Result {
+    pub(crate) fn read(&self, off: usize, out: &mut [u8], fault: bool) -> Result {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),

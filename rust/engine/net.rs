@@ -11,6 +11,7 @@
 //! transport exists, every packet of a device counts in `rcvd_pkts` and `rcvd_dropped_pkts`
 //! and is dropped.
 
+use super::wire::Inbox;
 use crate::{
     ib::{
         udp::{Packet, Receiver, Tunnel},
@@ -28,10 +29,15 @@ use kernel::{
 /// The IANA port of RoCEv2.
 pub(crate) const ROCE_V2_PORT: u16 = 4791;
 
+/// Largest UDP payload taken: the largest path MTU's payload and every header the transport
+/// carries, rounded up. Anything longer is dropped before it is looked at.
+const MAX_DATAGRAM: usize = 4096 + 128;
+
 /// A device receiving through its namespace's tunnel.
 struct Member {
     ifindex: i32,
     tables: Arc<Tables>,
+    inbox: Arc<Inbox>,
 }
 
 /// The devices of one namespace, looked up in softirq context by ingress interface.
@@ -50,8 +56,9 @@ impl Receiver for Receivers {
             .or_else(|| devs.iter().find(|m| m.ifindex == pkt.lower_ifindex()));
         if let Some(m) = dev {
             m.tables.stats.inc(Counter::RcvdPkts);
-            // No QP takes a packet until the transport exists.
-            m.tables.stats.inc(Counter::RcvdDroppedPkts);
+            if pkt.payload().len() > MAX_DATAGRAM || !m.inbox.receive(pkt) {
+                m.tables.stats.inc(Counter::RcvdDroppedPkts);
+            }
         }
     }
 }
@@ -82,11 +89,13 @@ impl Binding {
             )
         })?;
         let ifindex = ndev.ifindex();
-        // GFP_ATOMIC under the interrupt-safe lock; a failure drops a clone of `tables` only.
+        let inbox = Inbox::new(tables.clone())?;
+        // GFP_ATOMIC under the interrupt-safe lock; a failure drops clones only.
         tunnel.receiver().devs.lock().push(
             Member {
                 ifindex,
                 tables: tables.clone(),
+                inbox,
             },
             GFP_ATOMIC,
         )?;

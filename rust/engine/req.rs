@@ -9,6 +9,7 @@ use super::{
     deliver,
     fault::Ticket,
     packet::Gid,
+    wire,
     xfer::{refault, resolve, transfer, Scratch, Seg, Src},
     Message, Nak, Reply, Ud,
 };
@@ -277,13 +278,19 @@ fn execute(
         if Gid(av.dgid).is_multicast() {
             return Exec::Done(multicast(qp, &msg, w.remote_qpn, a.path_mtu, moved), 0);
         }
-        let dest = Device::with_gid_owner(&av.dgid, |dev| dev.tables.qps.get(w.remote_qpn))
-            .flatten()
-            .filter(|p| p.qp_type.is_ud());
-        match dest {
-            Some(d) => d,
+        match Device::with_gid_owner(&av.dgid, |dev| dev.tables.qps.get(w.remote_qpn)) {
+            Some(Some(d)) if d.qp_type.is_ud() => d,
             // Nobody listens there: a datagram is simply lost.
-            None => return Exec::Done(WcStatus::Success, 0),
+            Some(_) => return Exec::Done(WcStatus::Success, 0),
+            // Another host's GID: the datagram goes on the wire. Only the local side can fail
+            // it (its memory); a route or neighbour that is missing loses it, as the network
+            // would.
+            None => {
+                return match wire::send_ud(qp, &msg, w.remote_qpn) {
+                    Err(wire::NotSent::Local) => Exec::Done(WcStatus::LocProtErr, 0),
+                    Ok(()) | Err(wire::NotSent::Lost) => Exec::Done(WcStatus::Success, 0),
+                }
+            }
         }
     } else {
         match peer {

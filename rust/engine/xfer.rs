@@ -106,6 +106,29 @@ pub(super) fn refault(segs: &[Seg], write: bool) -> Result {
 /// (the engine holds only mutexes, of its own QPs and of the target QP, while it copies).
 const PIECE: usize = 1 << 20;
 
+/// Copies the first `out.len()` bytes of `src` into `out` (a packet being built), faulting
+/// ODP pages in (the requester's own memory, on its own work item).
+pub(super) fn gather(src: Src<'_>, out: &mut [u8]) -> Result {
+    match src {
+        Src::Inline(b) => out.copy_from_slice(b.get(..out.len()).ok_or(EFAULT)?),
+        Src::Segs(ss) => {
+            let mut done = 0;
+            for s in ss {
+                if done == out.len() {
+                    break;
+                }
+                let n = s.len.min(out.len() - done);
+                s.mr.read(s.off, &mut out[done..done + n], true)?;
+                done += n;
+            }
+            if done != out.len() {
+                return Err(EFAULT);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Copies `len` bytes of `src` into `dst`, starting `skip` bytes into `dst`. ODP pages of a
 /// side `faults` does not let fault must be mapped already: a page that is not fails the copy,
 /// after the bytes before it may have been copied, with [`crate::odp::UNMAPPED`] when it is

@@ -111,10 +111,6 @@ pub(crate) struct Packet<'a> {
     lower_ifindex: i32,
 }
 
-#[expect(
-    dead_code,
-    reason = "read by the RoCEv2 transport (issue 13), which is not wired yet"
-)]
 impl<'a> Packet<'a> {
     /// Parses the addresses; `None` when the headers are not IPv4/IPv6 plus UDP.
     fn new(udp: &'a [u8], ip: &'a [u8], ifindex: i32, lower_ifindex: i32) -> Option<Self> {

@@ -69,6 +69,17 @@ verbs() {
 	esac
 }
 
+# udaddy ARGS: rdma_cm's UD example: SIDR to A's address over QP1, then datagrams each way.
+udaddy_role() {
+	side=$1
+	shift
+	case $side in
+	server) run udaddy -b "$addr_a" "$@" ;;
+	client) run udaddy -s "$addr_a" "$@" ;;
+	ready) rdma resource show cm_id 2>/dev/null | grep -q LISTEN ;;
+	esac
+}
+
 # rping ARGS: rdma_cm (the kernel's CM over QP1) to A's address, data verified.
 rping_role() {
 	side=$1
@@ -161,6 +172,14 @@ cases() {
 	case2 "ibv_rc_pingpong 4096" rxe rxe verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_ud_pingpong 512" rxe rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "rping 3" rxe rxe rping_role -C 3
+	# UD on the wire: rodp with rodp, and with rxe in both roles.
+	case2 "ibv_ud_pingpong 512" rodp rodp verbs ibv_ud_pingpong -n 5 -s 512
+	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
+	case2 "ibv_ud_pingpong 512" rxe rodp verbs ibv_ud_pingpong -n 5 -s 512
+	# rdma_cm over UD: address and route resolution, SIDR over QP1 (MADs as RoCEv2
+	# datagrams), then UD messages.
+	case2 "udaddy 3" rodp rodp udaddy_role -C 3
+	case2 "udaddy 3" rodp rxe udaddy_role -C 3
 }
 
 # The first barrier waits for the other guest to boot.

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RoCEv2 wire, for peers on other hosts (rxe's `rxe_net.c` send side and `rxe_recv.c`):
+//! what the transport carries so far, unreliable datagrams.
+//!
+//! A UD send to a GID that is no rodp device's on this host leaves as one RoCEv2 packet (BTH,
+//! DETH, ImmDt with immediate data, payload, ICRC) through the namespace's UDP tunnel socket,
+//! sent from the requester's work item. A received UD packet is checked in softirq context
+//! (parse, ICRC), copied into its device's [`Inbox`] (bounded) and delivered by the inbox's
+//! work item, which finds the QP and hands the datagram to the responder as a local message.
+//! Every received packet counts in `rcvd_pkts`; one that reaches no receive buffer also in
+//! `rcvd_dropped_pkts`.
+
+use super::{
+    packet::{
+        header::{packet_len, pad_len, parse, Bth, Deth, Headers, ImmDt},
+        icrc::{self, IpHeader},
+        opcode::{Opcode, Service},
+        psn::Psn,
+    },
+    resp,
+    xfer::{gather, Src},
+    Message, Reply, Ud,
+};
+use crate::{
+    device::Device,
+    ib::{
+        udp::{self, Datagram, Packet, IPV4_HLEN, IPV6_HLEN, UDP_HLEN},
+        verbs::WrOpcode,
+    },
+    keys::Tables,
+    qp::QpShared,
+    stats::Counter,
+};
+use core::cell::Cell;
+use kernel::{
+    impl_has_work, new_spinlock_irq, new_work,
+    prelude::*,
+    sync::{Arc, SpinLockIrq},
+    workqueue::{Work, WorkItem},
+};
+
+use super::net::ROCE_V2_PORT;
+
+/// Largest UD payload (the largest path MTU).
+const MAX_UD_PAYLOAD: usize = 4096;
+
+/// Datagrams an inbox holds before it drops (about a millisecond of a fast link).
+const INBOX_LEN: usize = 256;
+
+/// The UDP source port of a flow between two QPs (rxe hashes the QP numbers into the
+/// dynamic range; any port there interoperates).
+fn src_port(src_qpn: u32, dst_qpn: u32) -> u16 {
+    let h = (src_qpn ^ dst_qpn.rotate_left(12)).wrapping_mul(0x9e37_79b9);
+    0xc000 | (h >> 18) as u16
+}
+
+/// Why a datagram did not leave.
+pub(super) enum NotSent {
+    /// The sender's own memory could not be read (a local protection error).
+    Local,
+    /// No route, no netdev, no memory for the packet, ...: lost, as on a network.
+    Lost,
+}
+
+/// Sends the UD message `m` (its `ud` set) to QP `dest_qpn` at the GID `m.ud.dgid` on another
+/// host, out of the netdev of `qp`'s device. Runs on `qp`'s work item (the payload's ODP pages
+/// may fault, in the requester's own memory) with no spinlock held.
+pub(super) fn send_ud(qp: &QpShared, m: &Message<'_>, dest_qpn: u32) -> Result<(), NotSent> {
+    let ud = m.ud.as_ref().ok_or(NotSent::Lost)?;
+    if m.len > MAX_UD_PAYLOAD {
+        return Err(NotSent::Local);
+    }
+    let ndev = Device::find_map(|d| Arc::ptr_eq(&d.tables, &qp.tables).then(|| d.netdev(1)))
+        .flatten()
+        .ok_or(NotSent::Lost)?;
+    let imm = matches!(m.opcode, WrOpcode::SendWithImm);
+    let opcode = if imm {
+        Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+    } else {
+        Opcode::UD_SEND_ONLY
+    };
+    let mut bth = Bth::new(opcode, dest_qpn, Psn::new(0));
+    bth.solicited = m.solicited;
+    let mut hdr = Headers::new(bth);
+    hdr.deth = Some(Deth {
+        qkey: ud.qkey,
+        src_qpn: m.src_qpn,
+    });
+    if imm {
+        hdr.imm = Some(ImmDt(u32::from_be(m.imm)));
+    }
+    let info = hdr.info().map_err(|_| NotSent::Lost)?;
+    let len = packet_len(info, m.len);
+    let d = Datagram {
+        src: &ud.sgid,
+        dst: &ud.dgid,
+        src_port: src_port(m.src_qpn, dest_qpn),
+        dst_port: ROCE_V2_PORT,
+        ttl: if ud.hop_limit == 0 { 64 } else { ud.hop_limit },
+        tclass: ud.tclass,
+    };
+    hdr.bth.pad = pad_len(m.len);
+    let local = Cell::new(false);
+    udp::send(ndev.net(), ndev.ifindex(), &d, len, |headers, out| {
+        // Headers, payload, then pad and ICRC room (`send` zeroed them).
+        let hlen = hdr.write(out).map_err(|_| EINVAL)?;
+        let data = out.get_mut(hlen..hlen + m.len).ok_or(EINVAL)?;
+        gather(m.data, data).inspect_err(|_| local.set(true))?;
+        let (ip, udp) = ip_udp(headers).ok_or(EINVAL)?;
+        icrc::generate(ip, udp, out);
+        Ok(())
+    })
+    .map_err(|_| {
+        if local.get() {
+            NotSent::Local
+        } else {
+            NotSent::Lost
+        }
+    })?;
+    qp.tables.stats.inc(Counter::SentPkts);
+    qp.tables.stats.add(Counter::SentBytes, m.len as u64);
+    Ok(())
+}
+
+/// The IP and UDP headers at the start of `h` (as `udp::send` shows them, or as received).
+fn ip_udp(h: &[u8]) -> Option<(IpHeader<'_>, &[u8; 8])> {
+    let ip_len = match h.first()? >> 4 {
+        4 => IPV4_HLEN,
+        6 => IPV6_HLEN,
+        _ => return None,
+    };
+    let ip = if ip_len == IPV4_HLEN {
+        IpHeader::V4(h.get(..IPV4_HLEN)?.try_into().ok()?)
+    } else {
+        IpHeader::V6(h.get(..IPV6_HLEN)?.try_into().ok()?)
+    };
+    let udp = h.get(ip_len..ip_len + UDP_HLEN)?.try_into().ok()?;
+    Some((ip, udp))
+}
+
+/// A datagram received for a QP of a device, waiting in its [`Inbox`].
+struct Inbound {
+    dest_qpn: u32,
+    src_qpn: u32,
+    qkey: u32,
+    /// Immediate data, network order.
+    imm: Option<u32>,
+    solicited: bool,
+    sgid: [u8; 16],
+    dgid: [u8; 16],
+    hop_limit: u8,
+    tclass: u8,
+    payload: KVec<u8>,
+}
+
+/// A device's received datagrams, delivered in process context by its work item.
+#[pin_data]
+pub(crate) struct Inbox {
+    #[pin]
+    queue: SpinLockIrq<KVec<Inbound>>,
+    #[pin]
+    work: Work<Inbox>,
+    tables: Arc<Tables>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Inbox { self.work }
+}
+
+impl WorkItem for Inbox {
+    type Pointer = Arc<Inbox>;
+
+    fn run(this: Arc<Inbox>) {
+        this.deliver();
+    }
+}
+
+impl Inbox {
+    /// An empty inbox for the device of `tables`.
+    pub(crate) fn new(tables: Arc<Tables>) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Inbox {
+                queue <- new_spinlock_irq!(KVec::new()),
+                work <- new_work!("Inbox::work"),
+                tables,
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Takes the datagram `pkt` received in softirq context (it is counted in `rcvd_pkts`
+    /// already): checks it, copies what delivery needs and queues the work; `false` when it is
+    /// dropped (malformed, bad ICRC, not a datagram rodp delivers yet, no memory, inbox full).
+    pub(crate) fn receive(self: &Arc<Self>, pkt: &Packet<'_>) -> bool {
+        let Some(ib) = inbound(pkt) else {
+            return false;
+        };
+        {
+            let mut q = self.queue.lock();
+            if q.len() >= INBOX_LEN || q.push(ib, GFP_ATOMIC).is_err() {
+                return false;
+            }
+        }
+        let _ = crate::ib::wq::get().enqueue(self.clone());
+        true
+    }
+
+    /// Delivers every queued datagram to its QP's responder.
+    fn deliver(self: &Arc<Self>) {
+        loop {
+            let batch = core::mem::take(&mut *self.queue.lock());
+            if batch.is_empty() {
+                return;
+            }
+            for ib in batch {
+                if !self.deliver_one(&ib) {
+                    self.tables.stats.inc(Counter::RcvdDroppedPkts);
+                }
+            }
+        }
+    }
+
+    /// Delivers one datagram; whether a receive took it.
+    fn deliver_one(&self, ib: &Inbound) -> bool {
+        let Some(qp) = self.tables.qps.get(ib.dest_qpn) else {
+            return false;
+        };
+        if !qp.qp_type.is_ud() {
+            return false;
+        }
+        let m = Message {
+            from: &qp,
+            ticket: None,
+            opcode: if ib.imm.is_some() {
+                WrOpcode::SendWithImm
+            } else {
+                WrOpcode::Send
+            },
+            src_qpn: ib.src_qpn,
+            src_gid: ib.sgid,
+            imm: ib.imm.unwrap_or(0),
+            solicited: ib.solicited,
+            len: ib.payload.len(),
+            data: Src::Inline(&ib.payload),
+            remote_addr: 0,
+            rkey: 0,
+            atomic: None,
+            read_into: &[],
+            ud: Some(Ud {
+                qkey: ib.qkey,
+                sgid: ib.sgid,
+                dgid: ib.dgid,
+                hop_limit: ib.hop_limit,
+                tclass: ib.tclass,
+            }),
+        };
+        let ok = matches!(resp::receive(&qp, &m), Reply::Ack(_));
+        if ok {
+            self.tables
+                .stats
+                .add(Counter::RcvdBytes, ib.payload.len() as u64);
+        }
+        ok
+    }
+}
+
+/// What delivery needs of the received datagram `pkt`, if it is a well-formed UD SEND with a
+/// right ICRC; allocates with `GFP_ATOMIC`.
+fn inbound(pkt: &Packet<'_>) -> Option<Inbound> {
+    let datagram = pkt.payload();
+    let p = parse(datagram).ok()?;
+    let ip = pkt.ip_header();
+    let (hdr_ip, hop_limit, tclass) = if pkt.is_ipv6() {
+        let h: &[u8; 40] = ip.get(..IPV6_HLEN)?.try_into().ok()?;
+        (IpHeader::V6(h), h[7], h[0] << 4 | h[1] >> 4)
+    } else {
+        let h: &[u8; 20] = ip.get(..IPV4_HLEN)?.try_into().ok()?;
+        // Options are not covered by rxe's ICRC either: a header with them is refused.
+        if h[0] & 0x0f != 5 {
+            return None;
+        }
+        (IpHeader::V4(h), h[8], h[1])
+    };
+    let udp: &[u8; 8] = pkt.udp_header().try_into().ok()?;
+    if !icrc::check(hdr_ip, udp, datagram) {
+        return None;
+    }
+    if p.info.service != Service::Ud || p.payload.len() > MAX_UD_PAYLOAD {
+        return None;
+    }
+    let deth = p.hdr.deth?;
+    let mut payload = KVec::with_capacity(p.payload.len(), GFP_ATOMIC).ok()?;
+    payload.extend_from_slice(p.payload, GFP_ATOMIC).ok()?;
+    Some(Inbound {
+        dest_qpn: p.hdr.bth.dest_qpn,
+        src_qpn: deth.src_qpn,
+        qkey: deth.qkey,
+        imm: p.hdr.imm.map(|i| i.0.to_be()),
+        solicited: p.hdr.bth.solicited,
+        sgid: *pkt.src_gid(),
+        dgid: *pkt.dst_gid(),
+        hop_limit,
+        tclass,
+        payload,
+    })
+}
