@@ -288,7 +288,8 @@ fn execute(
             None => {
                 return match wire::send_ud(qp, &msg, w.remote_qpn) {
                     Err(wire::NotSent::Local) => Exec::Done(WcStatus::LocProtErr, 0),
-                    Ok(()) | Err(wire::NotSent::Lost) => Exec::Done(WcStatus::Success, 0),
+                    Ok(()) => Exec::Done(WcStatus::Success, len as u32),
+                    Err(wire::NotSent::Lost) => Exec::Done(WcStatus::Success, 0),
                 }
             }
         }
