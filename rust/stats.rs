@@ -50,8 +50,8 @@ pub(crate) enum Counter {
     /// Messages an RC responder dropped because they did not come from its connected peer
     /// (another QP number or source GID than its `dest_qp_num` and route's `dgid`).
     RcvdPeerErr,
-    /// RoCEv2 packets the device received from the network that no QP took (today every one:
-    /// the transport does not exist yet). After the ODP totals in [`NAMES`].
+    /// RoCEv2 packets the device received from the network that no QP took (malformed, bad
+    /// ICRC, not a UD SEND, no such QP, refused by it). After the ODP totals in [`NAMES`].
     RcvdDroppedPkts = ODP_FIRST + ODP_NAMES.len(),
 }
 

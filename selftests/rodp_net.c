@@ -3,8 +3,8 @@
  * rodp on the network: a rodp device binds the RoCEv2 port (UDP 4791, IPv4 and IPv6) of its
  * netdev's namespace, shared by the devices there and released with the last one before
  * `rdma link delete` returns (rdma_rxe can bind it afterwards); every datagram to the port
- * that arrives on the device's netdev (or a VLAN on it) counts in rcvd_pkts and, until the
- * transport exists, in rcvd_dropped_pkts; what anyone sends there is only ever counted.
+ * that arrives on the device's netdev (or a VLAN on it) counts in rcvd_pkts, and one that is
+ * no RoCEv2 packet (zeros, as here) in rcvd_dropped_pkts; such datagrams are only ever counted.
  *
  * The test kernel has neither network namespaces nor policy routing, and what this host sends
  * to its own addresses arrives on lo; so datagrams that arrive on veth0 are injected as
