@@ -7,9 +7,9 @@
 //! The first device of a namespace binds UDP port 4791 there (IPv4 and IPv6), the last one's
 //! removal releases it before `rdma link delete` returns (rdma_rxe binds the same port). A
 //! packet belongs to the device whose netdev it arrived on, or, through a VLAN device, the
-//! device on the VLAN's real device; a packet for no device is dropped uncounted. Until the
-//! transport exists, every packet of a device counts in `rcvd_pkts` and `rcvd_dropped_pkts`
-//! and is dropped.
+//! device on the VLAN's real device; a packet for no device is dropped uncounted. Every packet
+//! of a device counts in `rcvd_pkts` and goes to its [`Inbox`] (`wire`); one the inbox or the
+//! receiving QP refuses counts in `rcvd_dropped_pkts` too.
 
 use super::wire::Inbox;
 use crate::{
