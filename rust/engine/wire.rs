@@ -88,7 +88,7 @@ pub(super) fn send_ud(qp: &QpShared, m: &Message<'_>, dest_qpn: u32) -> Result<(
         src_qpn: m.src_qpn,
     });
     if imm {
-        hdr.imm = Some(ImmDt(u32::from_be(m.imm)));
+        hdr.imm = Some(ImmDt(m.imm));
     }
     let info = hdr.info().map_err(|_| NotSent::Lost)?;
     let len = packet_len(info, m.len);
@@ -296,7 +296,7 @@ fn inbound(pkt: &Packet<'_>) -> Option<Inbound> {
         dest_qpn: p.hdr.bth.dest_qpn,
         src_qpn: deth.src_qpn,
         qkey: deth.qkey,
-        imm: p.hdr.imm.map(|i| i.0.to_be()),
+        imm: p.hdr.imm.map(|i| i.0),
         solicited: p.hdr.bth.solicited,
         sgid: *pkt.src_gid(),
         dgid: *pkt.dst_gid(),
