@@ -180,6 +180,7 @@ cases() {
 	# datagrams), then UD messages.
 	case2 "udaddy 3" rodp rodp udaddy_role -C 3
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
+	case2 "udaddy 3" rxe rodp udaddy_role -C 3
 }
 
 # The first barrier waits for the other guest to boot.
