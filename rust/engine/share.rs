@@ -166,3 +166,28 @@ pub(crate) fn enter(qp: &Arc<QpShared>, job: Job) -> Option<Held> {
         share: Some((qp.tables.clone(), uid)),
     })
 }
+
+#[kunit_tests(rodp_share)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_holds_its_share_and_no_more() {
+        let w = KBox::pin_init(Workers::new(), GFP_KERNEL).unwrap();
+        for _ in 0..USER_WORKERS {
+            assert!(w.take(1000, None));
+        }
+        assert!(!w.take(1000, None));
+        // Another user's share is its own.
+        assert!(w.take(1001, None));
+        w.release(1000);
+        assert!(w.take(1000, None));
+        assert!(!w.take(1000, None));
+        for _ in 0..USER_WORKERS {
+            w.release(1000);
+        }
+        w.release(1001);
+        // Nobody holds anything: no entry is left behind.
+        assert!(w.users.lock().is_empty());
+    }
+}
