@@ -494,7 +494,7 @@ impl ib::Driver for Rodp {
         if flush {
             p.run_now()
         } else {
-            p.queue()
+            p.queue(&dev.tables)
         }
     }
 

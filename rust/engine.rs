@@ -19,6 +19,7 @@ mod net;
 mod packet;
 mod req;
 mod resp;
+mod share;
 mod wire;
 mod xfer;
 
@@ -27,6 +28,7 @@ pub(crate) use fault::{forget as forget_faults, run as run_fault, FaultState, Ti
 pub(crate) use net::Binding;
 pub(crate) use packet::Gid;
 pub(crate) use req::run_send_queue;
+pub(crate) use share::{current_user, try_take as take_worker, Held, Workers};
 pub(crate) use xfer::{Scratch, Seg};
 
 use crate::{

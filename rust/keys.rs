@@ -81,6 +81,9 @@ pub(crate) struct Tables {
     /// Multicast attachments.
     #[pin]
     pub(crate) groups: mcast::Groups,
+    /// The engine's workers each user holds (`engine::share`).
+    #[pin]
+    pub(crate) workers: crate::engine::Workers,
     /// The device's ODP totals.
     pub(crate) odp: Arc<OdpCounters>,
     /// The device's counters.
@@ -97,6 +100,7 @@ impl Tables {
             ahs <- Table::new(1, ah::MAX_AH),
             mws <- Table::new_random(MIN_MW, MAX_MW_INDEX),
             groups <- mcast::Groups::new(),
+            workers <- crate::engine::Workers::new(),
             odp,
             stats: Stats::new(),
         })

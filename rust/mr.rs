@@ -444,10 +444,12 @@ pub(crate) struct Prefetch {
     fault: bool,
 }
 
-/// A prefetch queued on the module's workqueue.
+/// A prefetch queued on the module's workqueue, holding a worker of its user's share from
+/// being queued until it is done (`engine::share`).
 #[pin_data]
 struct Deferred {
     prefetch: Prefetch,
+    _worker: crate::engine::Held,
     #[pin]
     work: Work<Deferred>,
 }
@@ -512,11 +514,18 @@ impl Prefetch {
         Ok(())
     }
 
-    /// Maps the ranges on the module's workqueue; the MRs stay alive until it is done.
-    pub(crate) fn queue(self) -> Result {
+    /// Maps the ranges on the module's workqueue (the device's `tables`); the MRs stay alive
+    /// until it is done. When the calling user's share of the workers is taken, they are mapped
+    /// now instead, by the caller (with the outcome of deferred advice: none).
+    pub(crate) fn queue(self, tables: &Arc<Tables>) -> Result {
+        let Some(worker) = crate::engine::take_worker(tables, crate::engine::current_user()) else {
+            let _ = self.run_now();
+            return Ok(());
+        };
         let d = KBox::pin_init(
             pin_init!(Deferred {
                 prefetch: self,
+                _worker: worker,
                 work <- new_work!("rodp::mr::Deferred::work"),
             }),
             GFP_KERNEL,

@@ -186,6 +186,9 @@ pub(crate) struct QpShared {
     pub(crate) srq: Option<Arc<SrqShared>>,
     /// The owning device's keys, AHs and QPs.
     pub(crate) tables: Arc<Tables>,
+    /// The user whose share of the engine's workers this QP's work uses
+    /// (`engine::current_user` when it was created; `None`: root or a kernel consumer).
+    pub(crate) user: Option<u32>,
     /// `QpState` as `u32`; changed under `attrs`, read anywhere.
     state: Atomic<u32>,
     /// Responder view of attributes, readable without the `attrs` lock.
@@ -411,6 +414,7 @@ impl Qp {
                     rcq: cqs.1.clone(),
                     srq: srq.cloned(),
                     tables: dev.tables.clone(),
+                    user: if is_kernel { None } else { crate::engine::current_user() },
                     state: Atomic::new(QpState::Reset as u32),
                     access: Atomic::new(0),
                     qkey: Atomic::new(0),
@@ -777,6 +781,11 @@ impl QpShared {
     /// Schedules the requester.
     pub(crate) fn kick(self: &Arc<Self>) {
         let _ = wq::get().enqueue::<_, 0>(self.clone());
+    }
+
+    /// Schedules the QP's fault work (`engine::fault`).
+    pub(crate) fn kick_fault(self: &Arc<Self>) {
+        let _ = wq::get().enqueue::<_, 1>(self.clone());
     }
 
     /// The attribute generation (see the field).

@@ -41,6 +41,10 @@
  * stalled_fuse_target_times_out: a victim QP with a short transport timer waiting for the
  * attacker's stalled fault gets RETRY_EXC_ERR after about retry_cnt periods of it.
  *
+ * stalled_faults_of_many_qps: an attacker's 288 QPs each fault a page of the stalled file from
+ * their own requester (more than the engine's 256 workers); one user holds at most its share of
+ * the workers, so root's unrelated pair still writes within seconds.
+ *
  * long_chain_does_not_starve: a QP with a chain of 1 MiB writes does not delay the small
  * writes of another QP (a requester run ends after 1 MiB and is queued again).
  */
@@ -497,6 +501,66 @@ static int ud_target(struct shared *sh, int fuse_fd)
 	dev_close(&d);
 	munmap(map, FSIZE);
 	close(fd);
+	return 0;
+}
+
+/* stalled_faults_of_many_qps: more QPs than the engine has workers. */
+#define CROWD 288
+
+/*
+ * The attacker of stalled_faults_of_many_qps (uid 65534): CROWD RC QPs, each connected to
+ * itself, each posting one RDMA WRITE of a page of the FUSE file's second half (never read:
+ * the daemon stalls before), so that each requester's fault of its own memory blocks. Waits
+ * until told to stop, then tears down (the parent answers the READs first).
+ */
+static int crowd(struct shared *sh, int fuse_fd)
+{
+	static struct ibv_qp *qp[CROWD];
+	struct ibv_mr *mr, *dst_mr;
+	struct ibv_cq *cq;
+	struct dev d;
+	char *dst;
+	void *map;
+	int fd;
+
+	close(fuse_fd);
+	if (become_nobody())
+		return 10;
+	fd = open(MNT "/f", O_RDONLY);
+	if (fd < 0)
+		return 11;
+	map = mmap(NULL, FSIZE, PROT_READ, MAP_SHARED, fd, 0);
+	dst = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (map == MAP_FAILED || dst == MAP_FAILED || madvise(map, FSIZE, MADV_RANDOM))
+		return 12;
+	if (dev_open(&d, "rodp0"))
+		return 13;
+	cq = ibv_create_cq(d.ctx, 2 * CROWD, NULL, NULL, 0);
+	mr = ibv_reg_mr(d.pd, map, FSIZE, IBV_ACCESS_ON_DEMAND);
+	dst_mr = ibv_reg_mr(d.pd, dst, 4096, ALL_ACCESS);
+	if (!cq || !mr || !dst_mr)
+		return 14;
+	for (int i = 0; i < CROWD; i++) {
+		qp[i] = make_qp(&d, cq, cq, IBV_QPT_RC, NULL);
+		if (!qp[i] || rc_connect(qp[i], &d, qp[i]->qp_num, &d.gid, &rc_default))
+			return 15;
+	}
+	for (int i = 0; i < CROWD; i++) {
+		char *src = (char *)map + HALF + (i % (HALF / 4096)) * 4096;
+
+		if (post_send(qp[i], IBV_WR_RDMA_WRITE, src, 4096, mr->lkey, (uintptr_t)dst,
+			      dst_mr->rkey, IBV_SEND_SIGNALED, i))
+			return 16;
+		sh->ops++;
+	}
+	while (!sh->stop)
+		usleep(10000);
+	for (int i = 0; i < CROWD; i++)
+		ibv_destroy_qp(qp[i]);
+	ibv_dereg_mr(mr);
+	ibv_dereg_mr(dst_mr);
+	ibv_destroy_cq(cq);
+	dev_close(&d);
 	return 0;
 }
 
@@ -1045,6 +1109,57 @@ TEST_F_TIMEOUT(fault, stalled_fuse_target_times_out, 300)
 
 #define CHAIN 32
 #define CHUNK (1 << 20)
+
+/*
+ * One user's stalled faults hold at most its share of the engine's workers: an unprivileged
+ * attacker's CROWD requesters (more than the workqueue's 256 workers) each fault a page of the
+ * stalled FUSE file; root's unrelated pair still writes within seconds.
+ */
+TEST_F_TIMEOUT(fault, stalled_faults_of_many_qps, 300)
+{
+	long t0;
+	int status;
+
+	ASSERT_EQ(0, rc_pair_open(&self->other, &self->d, NULL, 4096, &rc_default));
+	pthread_mutex_lock(&self->dm.lock);
+	self->dm.stall = 1;
+	pthread_mutex_unlock(&self->dm.lock);
+	self->child = fork();
+	ASSERT_LE(0, self->child);
+	if (!self->child)
+		_exit(crowd(self->sh, self->dm.fd));
+	t0 = now_ms();
+	while (self->sh->ops < CROWD && now_ms() - t0 < 120000) {
+		if (waitpid(self->child, &status, WNOHANG) == self->child) {
+			self->child = 0;
+			ASSERT_TRUE(0) TH_LOG("the attacker exited with %d", WEXITSTATUS(status));
+		}
+		usleep(10000);
+	}
+	ASSERT_EQ(CROWD, self->sh->ops) TH_LOG("the attacker did not post in time");
+	/* Every requester had time to start its fault (under TCG too). */
+	while (!pending(&self->dm) && now_ms() - t0 < 150000)
+		usleep(2000);
+	ASSERT_LT(0, pending(&self->dm)) TH_LOG("no fault reached the stalled daemon");
+	sleep(3);
+	TH_LOG("%d READs held after %ld ms", pending(&self->dm), now_ms() - t0);
+
+	t0 = now_ms();
+	EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
+					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
+	EXPECT_GT(STALL_MS, now_ms() - t0) TH_LOG("root's pair waited for a worker");
+	EXPECT_LT(0, pending(&self->dm)) TH_LOG("the stall ended by itself");
+
+	/* The daemon answers: the attacker's WRITEs run, it tears down and exits. */
+	unstall(&self->dm);
+	self->sh->stop = 1;
+	ASSERT_EQ(self->child, waitpid(self->child, &status, 0));
+	self->child = 0;
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status)) TH_LOG("attacker exit code");
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->other, IBV_WR_RDMA_WRITE, 0, 64,
+					  (uintptr_t)self->other.buf[1], self->other.mr[1]->rkey));
+}
 
 /* A chain of 1 MiB writes on one pair; small writes on another keep a bounded latency. */
 TEST(long_chain_does_not_starve)

@@ -197,12 +197,12 @@ pub(super) fn ask(dst: &Arc<QpShared>, from: Option<Waiter<'_>>, w: Want) -> Res
             f.want = Some((t.seq, w));
             drop(f);
             // Not queued while `want` was empty: the last run cleared it before it returned.
-            let _ = crate::ib::wq::get().enqueue::<_, 1>(dst.clone());
+            dst.kick_fault();
         }
     } else if f.want.is_none() {
         f.want = Some((SEQ.fetch_add(1, Relaxed), w));
         drop(f);
-        let _ = crate::ib::wq::get().enqueue::<_, 1>(dst.clone());
+        dst.kick_fault();
     }
     Ok(())
 }
@@ -232,7 +232,12 @@ pub(crate) fn forget(qp: &QpShared) {
 /// The fault work of the responder QP `qp`: faults the wanted range in with no lock held
 /// (charged to the memory cgroup of the MR's registration, as every fault of it), records the
 /// outcome and schedules the requesters that waited.
-pub(crate) fn run(qp: &QpShared) {
+pub(crate) fn run(qp: &Arc<QpShared>) {
+    // Parked while the QP's user holds its share of the workers (`share`): the wanted range
+    // stays queued, and the work is queued again later.
+    let Some(_worker) = super::share::enter(qp, super::share::Job::Fault) else {
+        return;
+    };
     let Some((seq, w)) = qp.fault.lock().want.clone() else {
         return;
     };

@@ -9,6 +9,7 @@ use super::{
     deliver,
     fault::Ticket,
     packet::Gid,
+    share::{self, Job},
     wire,
     xfer::{refault, resolve, transfer, Scratch, Seg, Src},
     Message, Nak, Reply, Ud,
@@ -50,6 +51,10 @@ const DELIVERIES: u32 = 256;
 /// Runs a QP's send queue until it is empty, blocked, waiting for a timer, or the budget (of
 /// WQEs or bytes) is used; then the QP's work item is queued again, behind the others.
 pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
+    // Parked while its user holds its share of the workers (`share`): queued again later.
+    let Some(_worker) = share::enter(qp, Job::Requester) else {
+        return;
+    };
     let mut moved = 0;
     for _ in 0..BUDGET {
         if !step(qp, &mut moved) {
