@@ -41,9 +41,10 @@
  * stalled_fuse_target_times_out: a victim QP with a short transport timer waiting for the
  * attacker's stalled fault gets RETRY_EXC_ERR after about retry_cnt periods of it.
  *
- * stalled_faults_of_many_qps: an attacker's 288 QPs each fault a page of the stalled file from
- * their own requester (more than the engine's 256 workers); one user holds at most its share of
- * the workers, so root's unrelated pair still writes within seconds.
+ * stalled_faults_of_many_qps: an attacker's 1056 QPs each fault a page of the stalled file from
+ * their own requester (more than the 1024 work items the engine's workqueue runs at once); one
+ * user holds at most its share of the workers, so root's unrelated pair still writes within
+ * seconds.
  *
  * long_chain_does_not_starve: a QP with a chain of 1 MiB writes does not delay the small
  * writes of another QP (a requester run ends after 1 MiB and is queued again).
@@ -505,7 +506,7 @@ static int ud_target(struct shared *sh, int fuse_fd)
 }
 
 /* stalled_faults_of_many_qps: more QPs than the engine has workers. */
-#define CROWD 288
+#define CROWD 1056
 
 /*
  * The attacker of stalled_faults_of_many_qps (uid 65534): CROWD RC QPs, each connected to
@@ -1112,8 +1113,8 @@ TEST_F_TIMEOUT(fault, stalled_fuse_target_times_out, 300)
 
 /*
  * One user's stalled faults hold at most its share of the engine's workers: an unprivileged
- * attacker's CROWD requesters (more than the workqueue's 256 workers) each fault a page of the
- * stalled FUSE file; root's unrelated pair still writes within seconds.
+ * attacker's CROWD requesters (more than the 1024 items the workqueue runs at once) each fault
+ * a page of the stalled FUSE file; root's unrelated pair still writes within seconds.
  */
 TEST_F_TIMEOUT(fault, stalled_faults_of_many_qps, 300)
 {
