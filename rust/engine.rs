@@ -17,6 +17,7 @@ mod comp;
 mod fault;
 mod net;
 mod packet;
+mod rc;
 mod req;
 mod resp;
 mod share;
@@ -27,7 +28,8 @@ pub(crate) use comp::backoff_expired;
 pub(crate) use fault::{forget as forget_faults, run as run_fault, FaultState, Ticket};
 pub(crate) use net::Binding;
 pub(crate) use packet::Gid;
-pub(crate) use req::run_send_queue;
+pub(crate) use rc::{Answer, Requester as RcRequester, Responder as RcResponder};
+pub(crate) use req::{run_send_queue, Peer};
 pub(crate) use share::{current_user, try_take as take_worker, Held, Workers};
 pub(crate) use xfer::{Scratch, Seg};
 

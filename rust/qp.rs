@@ -10,7 +10,7 @@
 use crate::{
     cq::CqShared,
     device::{Device, Pd, UContext},
-    engine::{FaultState, Scratch, Seg, Ticket},
+    engine::{Answer, FaultState, Peer, RcRequester, RcResponder, Scratch, Seg, Ticket},
     ib::{
         abi::{self, RecvWqe, SendWqe, Sge, Wc},
         event::Events,
@@ -29,11 +29,11 @@ use crate::{
 };
 use core::cell::Cell;
 use kernel::{
-    impl_has_hr_timer, impl_has_work, new_mutex, new_spinlock_irq, new_work,
+    impl_has_hr_timer, impl_has_work, new_mutex, new_spinlock, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
-        Arc, ArcBorrow, Mutex, SpinLockIrq,
+        Arc, ArcBorrow, Mutex, SpinLock, SpinLockIrq,
     },
     time::{
         hrtimer::{
@@ -111,7 +111,7 @@ pub(crate) struct SendSide {
     /// Transport retries left for the WQE at the head (reset per WQE).
     pub(crate) retry_left: Option<u8>,
     /// The connected peer (RC) and the attribute generation it was resolved for.
-    pub(crate) peer: Option<(Arc<QpShared>, u64)>,
+    pub(crate) peer: Option<(Peer, u64)>,
     /// The GID this QP sends from (its route's `sgid_index`, looked up by `modify`): the source
     /// GID its RC messages carry.
     pub(crate) sgid: [u8; 16],
@@ -131,6 +131,8 @@ pub(crate) struct SendSide {
     pub(crate) ticket: Cell<Ticket>,
     /// The number of the fault it waited for when it last ran (0: none).
     pub(crate) wait_seq: u64,
+    /// RC with a peer on another host: PSNs and the message in flight.
+    pub(crate) wire: RcRequester,
 }
 
 /// The receive side: ring (none with an SRQ) and the responder's scratch slot.
@@ -152,6 +154,8 @@ pub(crate) struct RecvSide {
     pub(crate) pending: bool,
     /// Its resolved scatter list.
     pub(crate) segs: KVec<Seg>,
+    /// RC with a peer on another host: the expected PSN and the message being received.
+    pub(crate) wire: RcResponder,
 }
 
 /// Source of [`QpShared::serial`].
@@ -199,6 +203,11 @@ pub(crate) struct QpShared {
     pub(crate) min_rnr_timer: Atomic<u32>,
     /// Reads and atomics accepted as responder (0: none).
     pub(crate) max_dest_rd_atomic: Atomic<u32>,
+    /// The path MTU (`enum ib_mtu`), as the responder holds packets to it.
+    pub(crate) path_mtu: Atomic<u32>,
+    /// The answer to the RC message in flight to a peer on another host (`engine::rc`).
+    #[pin]
+    pub(crate) answer: SpinLock<Answer>,
     /// Changes whenever the attributes or state do, so the requester re-resolves its peer.
     generation: Atomic<u64>,
     /// Attributes set by `modify_qp`; the requester reads a copy.
@@ -420,6 +429,8 @@ impl Qp {
                     qkey: Atomic::new(0),
                     min_rnr_timer: Atomic::new(0),
                     max_dest_rd_atomic: Atomic::new(0),
+                    path_mtu: Atomic::new(0),
+                    answer <- new_spinlock!(Answer::default()),
                     generation: Atomic::new(0),
                     attrs <- new_mutex!(initial_attr(&i)),
                     sq <- new_mutex!(SendSide {
@@ -438,6 +449,7 @@ impl Qp {
                         waiting: false,
                         ticket: Cell::new(Ticket::default()),
                         wait_seq: 0,
+                        wire: RcRequester::default(),
                     }),
                     rq <- new_mutex!(RecvSide {
                         queue: rq,
@@ -447,6 +459,7 @@ impl Qp {
                         slot: recv_slot,
                         pending: false,
                         segs,
+                        wire: RcResponder::default(),
                     }),
                     work <- new_work!("QpShared::work"),
                     fault <- new_mutex!(FaultState::new()),
@@ -656,6 +669,13 @@ impl Qp {
         if mask & (qp_mask::AV | qp_mask::DEST_QPN) != 0 {
             s.rq.lock().peer = (n.dest_qp_num, n.route.dgid);
         }
+        if mask & qp_mask::SQ_PSN != 0 {
+            s.sq.lock().wire = RcRequester::new(n.sq_psn);
+        }
+        if mask & qp_mask::RQ_PSN != 0 {
+            s.rq.lock().wire = RcResponder::new(n.rq_psn);
+        }
+        s.path_mtu.store(n.path_mtu, Release);
         s.generation.fetch_add(1, Relaxed);
         s.access.store(n.qp_access_flags, Release);
         s.qkey.store(n.qkey, Release);
@@ -710,7 +730,9 @@ impl Qp {
             sq.queue = None;
             sq.peer = None;
             sq.backoff = None;
+            sq.wire.forget();
         }
+        s.answer.lock().forget();
         s.rq.lock().queue = None;
         // The requesters waiting for this QP's fault run again and find it gone.
         crate::engine::forget_faults(s);
@@ -831,7 +853,9 @@ impl QpShared {
         sq.waiting = false;
         sq.ticket.set(Ticket::default());
         sq.wait_seq = 0;
+        sq.wire = RcRequester::default();
         drop(sq);
+        self.answer.lock().forget();
         // No delivery after the reset takes an outcome of before.
         crate::engine::forget_faults(self);
         let mut rq = self.rq.lock();
@@ -841,6 +865,7 @@ impl QpShared {
         }
         rq.cons = 0;
         rq.pending = false;
+        rq.wire = RcResponder::default();
     }
 
     /// Completes every queued receive with `WR_FLUSH_ERR` (or, on an SRQ, reports the last

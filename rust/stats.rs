@@ -53,11 +53,18 @@ pub(crate) enum Counter {
     /// RoCEv2 packets the device received from the network that no QP took (malformed, bad
     /// ICRC, not a UD SEND, no such QP, refused by it). After the ODP totals in [`NAMES`].
     RcvdDroppedPkts = ODP_FIRST + ODP_NAMES.len(),
+    /// Duplicate requests an RC responder answered again (rxe's name).
+    DuplicateRequest,
+    /// Requests an RC responder received beyond the expected PSN (rxe's name).
+    OutOfSeqRequest,
+    /// Messages an RC requester sent again after its retransmission timer expired (rxe's
+    /// name).
+    CompleterRetryErr,
 }
 
 /// The names, in `Counter` order, with the ODP totals (see [`read_odp`]) between the first
 /// counters and those added later (an index, once shown, never changes).
-pub(crate) static NAMES: [StatDesc; 20] = [
+pub(crate) static NAMES: [StatDesc; 23] = [
     StatDesc::new(c"sent_pkts"),
     StatDesc::new(c"rcvd_pkts"),
     StatDesc::new(c"sent_bytes"),
@@ -78,6 +85,9 @@ pub(crate) static NAMES: [StatDesc; 20] = [
     StatDesc::new(c"num_prefetches_handled"),
     StatDesc::new(c"invalidations_faults_contentions"),
     StatDesc::new(c"rcvd_dropped_pkts"),
+    StatDesc::new(c"duplicate_request"),
+    StatDesc::new(c"out_of_seq_request"),
+    StatDesc::new(c"completer_retry_err"),
 ];
 
 /// Index of the first ODP counter in [`NAMES`].

@@ -47,6 +47,11 @@ pub(super) enum Exec {
     /// QP, or when the retransmission timer fires, which bounds the wait for one fault as for
     /// a message with no answer (each expiry is a retry).
     Wait,
+    /// Sent to a peer on another host (again, after a timer or a PSN sequence NAK): run when
+    /// its answer arrives, or when the retransmission timer, armed afresh, fires.
+    Sent,
+    /// Still waiting for that answer: nothing changes.
+    Pending,
 }
 
 /// The transport timer: 4.096 us * 2^code; code 0 means "infinite", retried every 10 ms here.
@@ -100,6 +105,15 @@ pub(super) fn complete(
 ) -> bool {
     let a = sq.attr;
     let stats = &qp.tables.stats;
+    match exec {
+        Exec::Pending => return false,
+        Exec::Sent => {
+            sq.waiting = true;
+            backoff(qp, &mut sq, timeout_delay(a.timeout));
+            return false;
+        }
+        _ => {}
+    }
     let waited = core::mem::replace(&mut sq.waiting, matches!(exec, Exec::Wait));
     if let Exec::Wait = exec {
         // Waiting for another fault than before (the last one ended): the timer and the retries
@@ -132,7 +146,7 @@ pub(super) fn complete(
                 return false;
             }
         }
-        Exec::NoAnswer | Exec::Wait => {
+        Exec::NoAnswer | Exec::Wait | Exec::Sent | Exec::Pending => {
             let left = sq.retry_left.get_or_insert(a.retry_cnt);
             if *left == 0 && a.timeout != 0 {
                 stats.inc(Counter::RetryExceededErr);
@@ -206,6 +220,8 @@ fn send_wc(qp: &QpShared, w: &SendWqe, op: Option<WrOpcode>, status: WcStatus, l
 pub(super) fn flush(qp: &QpShared, sq: &mut SendSide, q: &Queue) {
     sq.backoff = None;
     sq.waiting = false;
+    sq.wire.forget();
+    qp.answer.lock().forget();
     sq.ticket.set(Ticket::default());
     sq.wait_seq = 0;
     let prod = q.producer();

@@ -9,6 +9,7 @@ use super::{
     deliver,
     fault::Ticket,
     packet::Gid,
+    rc,
     share::{self, Job},
     wire,
     xfer::{refault, resolve, transfer, Scratch, Seg, Src},
@@ -117,8 +118,16 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
         attr,
         scratch,
         ticket,
+        wire,
+        backoff,
+        retry_left,
         ..
     } = &mut *sq;
+    let remote = Remote {
+        wire,
+        timer_running: backoff.is_some(),
+        retry_left,
+    };
     let n = buf.len().min(q.elem_size());
     if q.read(*cons, &mut buf[..n]).is_err() {
         return false;
@@ -138,6 +147,7 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
             peer.as_ref().map(|(p, _)| (p, &*sgid)),
             scratch,
             ticket,
+            remote,
             moved,
         ),
         _ => Exec::Done(WcStatus::LocQpOpErr, 0),
@@ -146,10 +156,28 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
     comp::complete(qp, sq, &q, &wqe, op, exec)
 }
 
-fn find_rc_peer(dgid: &[u8; 16], qpn: u32) -> Option<Arc<QpShared>> {
-    Device::with_gid_owner(dgid, |dev| dev.tables.qps.get(qpn))
-        .flatten()
-        .filter(|p| p.qp_type == QpType::Rc)
+/// The peer of an RC QP.
+pub(crate) enum Peer {
+    /// A QP of a device on this host: served directly.
+    Local(Arc<QpShared>),
+    /// A QP on another host (its GID is no local device's): reached through the wire ([`rc`]).
+    Remote,
+}
+
+/// The peer QP `qpn` at `dgid`; `None` when the GID is local and names no RC QP there.
+fn find_rc_peer(dgid: &[u8; 16], qpn: u32) -> Option<Peer> {
+    match Device::with_gid_owner(dgid, |dev| dev.tables.qps.get(qpn)) {
+        None => Some(Peer::Remote),
+        Some(p) => p.filter(|p| p.qp_type == QpType::Rc).map(Peer::Local),
+    }
+}
+
+/// What the requester of an RC QP with a remote peer keeps for the WQE at the head.
+struct Remote<'a> {
+    wire: &'a mut rc::Requester,
+    /// Whether the retransmission or RNR timer still runs.
+    timer_running: bool,
+    retry_left: &'a mut Option<u8>,
 }
 
 /// Executes one send WQE `w` (operation `op`) of `qp`; `raw` is the whole WQE (for its SGEs
@@ -162,9 +190,10 @@ fn execute(
     op: WrOpcode,
     w: &SendWqe,
     raw: &[u8],
-    peer: Option<(&Arc<QpShared>, &[u8; 16])>,
+    peer: Option<(&Peer, &[u8; 16])>,
     scratch: &mut Scratch,
     ticket: &Cell<Ticket>,
+    remote: Remote<'_>,
     moved: &mut usize,
 ) -> Exec {
     // Memory window operations complete locally, in order with the WQEs around them.
@@ -300,9 +329,35 @@ fn execute(
         }
     } else {
         match peer {
-            Some((p, sgid)) => {
+            Some((Peer::Local(p), sgid)) => {
                 msg.src_gid = *sgid;
                 p.clone()
+            }
+            Some((Peer::Remote, sgid)) => {
+                msg.src_gid = *sgid;
+                let Remote {
+                    wire,
+                    timer_running,
+                    retry_left,
+                } = remote;
+                let step = rc::execute(qp, wire, timer_running, retry_left, a, sgid, &msg, segs);
+                return match step {
+                    rc::Step::Reply(r) => {
+                        if let Reply::Ack(_) = r {
+                            if !op.is_send() {
+                                qp.tables.stats.inc(Counter::RdmaSends);
+                            }
+                        }
+                        finish(qp, op, r, segs, len)
+                    }
+                    rc::Step::Exec(e) => {
+                        if let Exec::Sent = e {
+                            *moved = moved.saturating_add(len);
+                        }
+                        e
+                    }
+                    rc::Step::Done(s) => Exec::Done(s, 0),
+                };
             }
             None => return Exec::NoAnswer,
         }
@@ -313,6 +368,12 @@ fn execute(
     if let Reply::Ack(_) = reply {
         account(qp, &dest, op, len, netdev::ib_mtu_bytes(a.path_mtu));
     }
+    finish(qp, op, reply, segs, len)
+}
+
+/// The completion (or retry) the answer `reply` to the WQE `op` of `len` bytes comes to;
+/// an atomic's original value goes into `segs`.
+fn finish(qp: &QpShared, op: WrOpcode, reply: Reply, segs: &[Seg], len: usize) -> Exec {
     match reply {
         Reply::Ack(orig) => {
             let byte_len = if op.is_atomic() {

@@ -57,12 +57,7 @@ pub(super) fn receive(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
             return Reply::Drop;
         }
     }
-    if !rq.established {
-        rq.established = true;
-        if dst.state() == QpState::Rtr {
-            dst.events.event(Event::CommEst);
-        }
-    }
+    comm_established(dst, &mut rq);
     let r = match m.opcode {
         WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => send(dst, &mut rq, m),
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => write(dst, &mut rq, m),
@@ -73,6 +68,22 @@ pub(super) fn receive(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     };
     rq.segs.clear();
     drop(rq);
+    answered(dst, r)
+}
+
+/// Raises `IB_EVENT_COMM_EST` for the first message since RTR.
+pub(super) fn comm_established(dst: &QpShared, rq: &mut RecvSide) {
+    if !rq.established {
+        rq.established = true;
+        if dst.state() == QpState::Rtr {
+            dst.events.event(Event::CommEst);
+        }
+    }
+}
+
+/// Counts the answer `r` of the responder `dst` and moves it to ERR when it is a NAK; returns
+/// `r`. Called with no ring lock held (the QP's event handler may call back).
+pub(super) fn answered(dst: &Arc<QpShared>, r: Reply) -> Reply {
     match r {
         Reply::Nak(_) => dst.tables.stats.inc(Counter::RcvdErr),
         Reply::Rnr(_) => dst.tables.stats.inc(Counter::SendRnrErr),
@@ -219,8 +230,26 @@ fn copy_in(qp: &Arc<QpShared>, dst: &[Seg], skip: usize, m: &Message<'_>) -> Res
 }
 
 fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
-    if let Err(r) = take_recv(dst, rq) {
-        return r;
+    send_part(dst, rq, m, 0, true, true)
+}
+
+/// Places `m`, the part at `off` of a SEND (all of it when `first` and `last`), into the
+/// receive WQE the first part takes; the last part completes it.
+pub(super) fn send_part(
+    dst: &Arc<QpShared>,
+    rq: &mut RecvSide,
+    m: &Message<'_>,
+    off: usize,
+    first: bool,
+    last: bool,
+) -> Reply {
+    if first {
+        if let Err(r) = take_recv(dst, rq) {
+            return r;
+        }
+    } else if !rq.pending {
+        // A later part whose receive WQE was flushed meanwhile.
+        return Reply::Nak(Nak::InvReq);
     }
     let RecvSide {
         slot,
@@ -244,7 +273,7 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
             return Reply::Nak(Nak::Op);
         }
     };
-    let skip = if m.ud.is_some() { GRH_LEN } else { 0 };
+    let skip = if m.ud.is_some() { GRH_LEN } else { 0 } + off;
     if m.len + skip > room {
         recv_err(dst, m, pending, wr_id, WcStatus::LocLenErr);
         return if m.ud.is_some() {
@@ -264,6 +293,9 @@ fn send(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     // An unmapped page leaves the receive WQE pending for the next delivery.
     if let Err(r) = copy_in(dst, segs, skip, m) {
         return r;
+    }
+    if !last {
+        return Reply::Ack(0);
     }
     let mut wc = recv_wc(dst, m, wr_id, WcStatus::Success);
     wc.byte_len = (m.len + skip) as u32;
@@ -310,6 +342,18 @@ fn remote_mr(
 }
 
 fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
+    write_part(dst, rq, m, m.len as u32, true)
+}
+
+/// Places `m`, a part of an RDMA WRITE of `total` bytes at its own remote address, and for the
+/// last part of a WRITE with immediate completes a receive WQE.
+pub(super) fn write_part(
+    dst: &Arc<QpShared>,
+    rq: &mut RecvSide,
+    m: &Message<'_>,
+    total: u32,
+    last: bool,
+) -> Reply {
     let target = if m.len > 0 {
         match remote_mr(dst, m, m.len, access::REMOTE_WRITE) {
             Ok(t) => Some(t),
@@ -320,7 +364,7 @@ fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     } else {
         None
     };
-    let imm = m.opcode == WrOpcode::RdmaWriteWithImm;
+    let imm = last && m.opcode == WrOpcode::RdmaWriteWithImm;
     if imm {
         if let Err(r) = take_recv(dst, rq) {
             return r;
@@ -340,7 +384,7 @@ fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     if imm {
         let mut wc = recv_wc(dst, m, rq.slot.wr_id, WcStatus::Success);
         wc.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
-        wc.byte_len = m.len as u32;
+        wc.byte_len = total;
         wc.wc_flags = wc_flags::WITH_IMM;
         wc.imm_data = m.imm;
         recv_done(dst, &mut rq.pending, &wc, m.solicited);
@@ -348,15 +392,24 @@ fn write(dst: &Arc<QpShared>, rq: &mut RecvSide, m: &Message<'_>) -> Reply {
     Reply::Ack(0)
 }
 
-fn read(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
+/// The memory an RDMA READ of `m.len` bytes reads (none for zero bytes), or the answer.
+pub(super) fn read_target(
+    dst: &Arc<QpShared>,
+    m: &Message<'_>,
+) -> Result<Option<(MrRef, usize)>, Reply> {
     if dst.max_dest_rd_atomic.load(Acquire) == 0 {
-        return Reply::Nak(Nak::InvReq);
+        return Err(Reply::Nak(Nak::InvReq));
     }
     if m.len == 0 {
-        return Reply::Ack(0);
+        return Ok(None);
     }
-    let (mr, off) = match remote_mr(dst, m, m.len, access::REMOTE_READ) {
-        Ok(t) => t,
+    remote_mr(dst, m, m.len, access::REMOTE_READ).map(Some)
+}
+
+fn read(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
+    let (mr, off) = match read_target(dst, m) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Reply::Ack(0),
         Err(r) => return r,
     };
     let seg = [Seg {
@@ -371,7 +424,7 @@ fn read(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     }
 }
 
-fn atomic(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
+pub(super) fn atomic(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     let Some(op) = m.atomic else {
         return Reply::Nak(Nak::InvReq);
     };

@@ -1,36 +1,38 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The RoCEv2 wire, for peers on other hosts (rxe's `rxe_net.c` send side and `rxe_recv.c`):
-//! what the transport carries so far, unreliable datagrams.
+//! The RoCEv2 wire, for peers on other hosts (rxe's `rxe_net.c` and `rxe_recv.c`): packets out
+//! through the namespace's UDP tunnel socket ([`Tx`]), packets in through the device's
+//! [`Inbox`].
 //!
 //! A UD send to a GID that is no rodp device's on this host leaves as one RoCEv2 packet (BTH,
-//! DETH, ImmDt with immediate data, payload, ICRC) through the namespace's UDP tunnel socket,
-//! sent from the requester's work item. A received UD packet is checked in softirq context
-//! (parse, ICRC), copied into its device's [`Inbox`] (bounded) and delivered by the inbox's
-//! work item, which finds the QP and hands the datagram to the responder as a local message.
-//! Every received packet counts in `rcvd_pkts`; one that reaches no receive buffer also in
-//! `rcvd_dropped_pkts`.
+//! DETH, ImmDt with immediate data, payload, ICRC), sent from the requester's work item; RC
+//! traffic is [`super::rc`]'s. A received packet is checked in softirq context (parse, ICRC,
+//! no IPv4 options, no UC), copied into its device's inbox (bounded) and handed out by the
+//! inbox's work item: a UD datagram to the responder as a local message, an RC request to
+//! [`super::rc::request`], an RC answer to [`super::rc::response`]. Every received packet
+//! counts in `rcvd_pkts`; one that no QP takes also in `rcvd_dropped_pkts`.
 
 use super::{
     packet::{
-        header::{packet_len, pad_len, parse, Bth, Deth, Headers, ImmDt},
+        header::{packet_len, pad_len, parse, Bth, Deth, Headers, ImmDt, Packet},
         icrc::{self, IpHeader},
         opcode::{Opcode, Service},
         psn::Psn,
     },
-    resp,
+    rc, resp,
     xfer::{gather, Src},
     Message, Reply, Ud,
 };
 use crate::{
     device::Device,
     ib::{
-        udp::{self, Datagram, Packet, IPV4_HLEN, IPV6_HLEN, UDP_HLEN},
-        verbs::WrOpcode,
+        netdev::NetDevRef,
+        udp::{self, Datagram, IPV4_HLEN, IPV6_HLEN, UDP_HLEN},
+        verbs::{QpType, WrOpcode},
     },
     keys::Tables,
     qp::QpShared,
-    stats::Counter,
+    stats::{Counter, Stats},
 };
 use core::cell::Cell;
 use kernel::{
@@ -50,17 +52,103 @@ const INBOX_LEN: usize = 256;
 
 /// The UDP source port of a flow between two QPs (rxe hashes the QP numbers into the
 /// dynamic range; any port there interoperates).
-fn src_port(src_qpn: u32, dst_qpn: u32) -> u16 {
+pub(super) fn src_port(src_qpn: u32, dst_qpn: u32) -> u16 {
     let h = (src_qpn ^ dst_qpn.rotate_left(12)).wrapping_mul(0x9e37_79b9);
     0xc000 | (h >> 18) as u16
 }
 
-/// Why a datagram did not leave.
+/// Why a packet did not leave.
 pub(super) enum NotSent {
     /// The sender's own memory could not be read (a local protection error).
     Local,
     /// No route, no netdev, no memory for the packet, ...: lost, as on a network.
     Lost,
+}
+
+/// Where a QP's packets go: the netdev of its device and the addresses of the flow.
+pub(super) struct Tx {
+    ndev: NetDevRef,
+    src: [u8; 16],
+    dst: [u8; 16],
+    src_port: u16,
+    ttl: u8,
+    tclass: u8,
+    /// The QP the packets are for.
+    pub(super) dest_qpn: u32,
+}
+
+impl Tx {
+    /// The flow from QP `qpn` of the device of `tables` at GID `src` to QP `dest_qpn` at `dst`;
+    /// `None` when the device has no netdev (any more).
+    pub(super) fn new(
+        tables: &Arc<Tables>,
+        qpn: u32,
+        src: &[u8; 16],
+        dst: &[u8; 16],
+        dest_qpn: u32,
+        hop_limit: u8,
+        tclass: u8,
+    ) -> Option<Tx> {
+        let ndev =
+            Device::find_map(|d| Arc::ptr_eq(&d.tables, tables).then(|| d.netdev(1))).flatten()?;
+        Some(Tx {
+            ndev,
+            src: *src,
+            dst: *dst,
+            src_port: src_port(qpn, dest_qpn),
+            ttl: if hop_limit == 0 { 64 } else { hop_limit },
+            tclass,
+            dest_qpn,
+        })
+    }
+
+    /// Sends one packet: `hdr` (its pad set here) and `payload` bytes that `fill` writes,
+    /// then the ICRC; counts it in `sent_pkts` and `sent_bytes`.
+    pub(super) fn send(
+        &self,
+        stats: &Stats,
+        mut hdr: Headers,
+        payload: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result,
+    ) -> Result<(), NotSent> {
+        hdr.bth.pad = pad_len(payload);
+        let info = hdr.info().map_err(|_| NotSent::Lost)?;
+        let len = packet_len(info, payload);
+        let d = Datagram {
+            src: &self.src,
+            dst: &self.dst,
+            src_port: self.src_port,
+            dst_port: ROCE_V2_PORT,
+            ttl: self.ttl,
+            tclass: self.tclass,
+        };
+        let local = Cell::new(false);
+        udp::send(
+            self.ndev.net(),
+            self.ndev.ifindex(),
+            &d,
+            len,
+            |headers, out| {
+                // Headers, payload, then pad and ICRC room (`send` zeroed them).
+                let hlen = hdr.write(out).map_err(|_| EINVAL)?;
+                let data = out.get_mut(hlen..hlen + payload).ok_or(EINVAL)?;
+                fill(data).inspect_err(|_| local.set(true))?;
+                let (ip, udp) = ip_udp(headers).ok_or(EINVAL)?;
+                icrc::generate(ip, udp, out);
+                Ok(())
+            },
+        )
+        .map_err(|_| {
+            if local.get() {
+                NotSent::Local
+            } else {
+                NotSent::Lost
+            }
+        })?;
+        stats.inc(Counter::SentPkts);
+        stats.add(Counter::SentBytes, payload as u64);
+        Ok(())
+    }
 }
 
 /// Sends the UD message `m` (its `ud` set) to QP `dest_qpn` at the GID `m.ud.dgid` on another
@@ -71,9 +159,16 @@ pub(super) fn send_ud(qp: &QpShared, m: &Message<'_>, dest_qpn: u32) -> Result<(
     if m.len > MAX_UD_PAYLOAD {
         return Err(NotSent::Local);
     }
-    let ndev = Device::find_map(|d| Arc::ptr_eq(&d.tables, &qp.tables).then(|| d.netdev(1)))
-        .flatten()
-        .ok_or(NotSent::Lost)?;
+    let tx = Tx::new(
+        &qp.tables,
+        m.src_qpn,
+        &ud.sgid,
+        &ud.dgid,
+        dest_qpn,
+        ud.hop_limit,
+        ud.tclass,
+    )
+    .ok_or(NotSent::Lost)?;
     let imm = matches!(m.opcode, WrOpcode::SendWithImm);
     let opcode = if imm {
         Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
@@ -90,37 +185,9 @@ pub(super) fn send_ud(qp: &QpShared, m: &Message<'_>, dest_qpn: u32) -> Result<(
     if imm {
         hdr.imm = Some(ImmDt(m.imm));
     }
-    let info = hdr.info().map_err(|_| NotSent::Lost)?;
-    let len = packet_len(info, m.len);
-    let d = Datagram {
-        src: &ud.sgid,
-        dst: &ud.dgid,
-        src_port: src_port(m.src_qpn, dest_qpn),
-        dst_port: ROCE_V2_PORT,
-        ttl: if ud.hop_limit == 0 { 64 } else { ud.hop_limit },
-        tclass: ud.tclass,
-    };
-    hdr.bth.pad = pad_len(m.len);
-    let local = Cell::new(false);
-    udp::send(ndev.net(), ndev.ifindex(), &d, len, |headers, out| {
-        // Headers, payload, then pad and ICRC room (`send` zeroed them).
-        let hlen = hdr.write(out).map_err(|_| EINVAL)?;
-        let data = out.get_mut(hlen..hlen + m.len).ok_or(EINVAL)?;
-        gather(m.data, data).inspect_err(|_| local.set(true))?;
-        let (ip, udp) = ip_udp(headers).ok_or(EINVAL)?;
-        icrc::generate(ip, udp, out);
-        Ok(())
+    tx.send(&qp.tables.stats, hdr, m.len, |out| {
+        gather(m.data, 0, out, true)
     })
-    .map_err(|_| {
-        if local.get() {
-            NotSent::Local
-        } else {
-            NotSent::Lost
-        }
-    })?;
-    qp.tables.stats.inc(Counter::SentPkts);
-    qp.tables.stats.add(Counter::SentBytes, m.len as u64);
-    Ok(())
 }
 
 /// The IP and UDP headers at the start of `h` (as `udp::send` shows them, or as received).
@@ -139,19 +206,14 @@ fn ip_udp(h: &[u8]) -> Option<(IpHeader<'_>, &[u8; 8])> {
     Some((ip, udp))
 }
 
-/// A datagram received for a QP of a device, waiting in its [`Inbox`].
+/// A packet received for a device, waiting in its [`Inbox`]: its UDP payload (checked: it
+/// parses and its ICRC is right) and what the IP header said.
 struct Inbound {
-    dest_qpn: u32,
-    src_qpn: u32,
-    qkey: u32,
-    /// Immediate data, network order.
-    imm: Option<u32>,
-    solicited: bool,
     sgid: [u8; 16],
     dgid: [u8; 16],
     hop_limit: u8,
     tclass: u8,
-    payload: KVec<u8>,
+    raw: KVec<u8>,
 }
 
 /// A device's received datagrams, delivered in process context by its work item.
@@ -192,7 +254,7 @@ impl Inbox {
     /// Takes the datagram `pkt` received in softirq context (it is counted in `rcvd_pkts`
     /// already): checks it, copies what delivery needs and queues the work; `false` when it is
     /// dropped (malformed, bad ICRC, not a datagram rodp delivers yet, no memory, inbox full).
-    pub(crate) fn receive(self: &Arc<Self>, pkt: &Packet<'_>) -> bool {
+    pub(crate) fn receive(self: &Arc<Self>, pkt: &udp::Packet<'_>) -> bool {
         let Some(ib) = inbound(pkt) else {
             return false;
         };
@@ -221,45 +283,63 @@ impl Inbox {
         }
     }
 
-    /// Delivers one datagram; whether a receive took it.
+    /// Delivers one packet; whether its QP took it.
     fn deliver_one(&self, ib: &Inbound) -> bool {
-        let Some(qp) = self.tables.qps.get(ib.dest_qpn) else {
+        let Ok(p) = parse(&ib.raw) else {
+            return false;
+        };
+        let Some(qp) = self.tables.qps.get(p.hdr.bth.dest_qpn) else {
+            return false;
+        };
+        match p.info.service {
+            Service::Ud => self.deliver_ud(&qp, ib, &p),
+            Service::Rc if qp.qp_type != QpType::Rc => false,
+            Service::Rc if p.info.is_request() => rc::request(&qp, &p, &ib.sgid, &ib.dgid),
+            Service::Rc => rc::response(&qp, &p, &ib.sgid),
+            Service::Uc => false,
+        }
+    }
+
+    /// Delivers the UD datagram `p` to `qp`; whether a receive took it.
+    fn deliver_ud(&self, qp: &Arc<QpShared>, ib: &Inbound, p: &Packet<'_>) -> bool {
+        let Some(deth) = p.hdr.deth else {
             return false;
         };
         if !qp.qp_type.is_ud() {
             return false;
         }
+        let imm = p.hdr.imm.map(|i| i.0);
         let m = Message {
-            from: &qp,
+            from: qp,
             ticket: None,
-            opcode: if ib.imm.is_some() {
+            opcode: if imm.is_some() {
                 WrOpcode::SendWithImm
             } else {
                 WrOpcode::Send
             },
-            src_qpn: ib.src_qpn,
+            src_qpn: deth.src_qpn,
             src_gid: ib.sgid,
-            imm: ib.imm.unwrap_or(0),
-            solicited: ib.solicited,
-            len: ib.payload.len(),
-            data: Src::Inline(&ib.payload),
+            imm: imm.unwrap_or(0),
+            solicited: p.hdr.bth.solicited,
+            len: p.payload.len(),
+            data: Src::Inline(p.payload),
             remote_addr: 0,
             rkey: 0,
             atomic: None,
             read_into: &[],
             ud: Some(Ud {
-                qkey: ib.qkey,
+                qkey: deth.qkey,
                 sgid: ib.sgid,
                 dgid: ib.dgid,
                 hop_limit: ib.hop_limit,
                 tclass: ib.tclass,
             }),
         };
-        let ok = matches!(resp::receive(&qp, &m), Reply::Ack(_));
+        let ok = matches!(resp::receive(qp, &m), Reply::Ack(_));
         if ok {
             self.tables
                 .stats
-                .add(Counter::RcvdBytes, ib.payload.len() as u64);
+                .add(Counter::RcvdBytes, p.payload.len() as u64);
         }
         ok
     }
@@ -267,7 +347,7 @@ impl Inbox {
 
 /// What delivery needs of the received datagram `pkt`, if it is a well-formed UD SEND with a
 /// right ICRC; allocates with `GFP_ATOMIC`.
-fn inbound(pkt: &Packet<'_>) -> Option<Inbound> {
+fn inbound(pkt: &udp::Packet<'_>) -> Option<Inbound> {
     let datagram = pkt.payload();
     let p = parse(datagram).ok()?;
     let ip = pkt.ip_header();
@@ -286,22 +366,16 @@ fn inbound(pkt: &Packet<'_>) -> Option<Inbound> {
     if !icrc::check(hdr_ip, udp, datagram) {
         return None;
     }
-    if p.info.service != Service::Ud || p.payload.len() > MAX_UD_PAYLOAD {
+    if p.info.service == Service::Uc || p.payload.len() > MAX_UD_PAYLOAD {
         return None;
     }
-    let deth = p.hdr.deth?;
-    let mut payload = KVec::with_capacity(p.payload.len(), GFP_ATOMIC).ok()?;
-    payload.extend_from_slice(p.payload, GFP_ATOMIC).ok()?;
+    let mut raw = KVec::with_capacity(datagram.len(), GFP_ATOMIC).ok()?;
+    raw.extend_from_slice(datagram, GFP_ATOMIC).ok()?;
     Some(Inbound {
-        dest_qpn: p.hdr.bth.dest_qpn,
-        src_qpn: deth.src_qpn,
-        qkey: deth.qkey,
-        imm: p.hdr.imm.map(|i| i.0),
-        solicited: p.hdr.bth.solicited,
         sgid: *pkt.src_gid(),
         dgid: *pkt.dst_gid(),
         hop_limit,
         tclass,
-        payload,
+        raw,
     })
 }

@@ -106,19 +106,26 @@ pub(super) fn refault(segs: &[Seg], write: bool) -> Result {
 /// (the engine holds only mutexes, of its own QPs and of the target QP, while it copies).
 const PIECE: usize = 1 << 20;
 
-/// Copies the first `out.len()` bytes of `src` into `out` (a packet being built), faulting
-/// ODP pages in (the requester's own memory, on its own work item).
-pub(super) fn gather(src: Src<'_>, out: &mut [u8]) -> Result {
+/// Copies `out.len()` bytes of `src`, from `skip` bytes in, into `out` (a packet being built).
+/// With `fault`, ODP pages are faulted in (the requester's own memory, on its own work item);
+/// without, they must be mapped.
+pub(super) fn gather(src: Src<'_>, skip: usize, out: &mut [u8], fault: bool) -> Result {
     match src {
-        Src::Inline(b) => out.copy_from_slice(b.get(..out.len()).ok_or(EFAULT)?),
+        Src::Inline(b) => out.copy_from_slice(b.get(skip..skip + out.len()).ok_or(EFAULT)?),
         Src::Segs(ss) => {
             let mut done = 0;
+            let mut skip = skip;
             for s in ss {
                 if done == out.len() {
                     break;
                 }
-                let n = s.len.min(out.len() - done);
-                s.mr.read(s.off, &mut out[done..done + n], true)?;
+                if skip >= s.len {
+                    skip -= s.len;
+                    continue;
+                }
+                let n = (s.len - skip).min(out.len() - done);
+                s.mr.read(s.off + skip, &mut out[done..done + n], fault)?;
+                skip = 0;
                 done += n;
             }
             if done != out.len() {

@@ -69,6 +69,18 @@ verbs() {
 	esac
 }
 
+# perf PROG ARGS: a perftest program (ib_read_lat, ...), the same exchange on port 18515; the
+# GID index is its -x.
+perf() {
+	side=$1 prog=$2
+	shift 2
+	case $side in
+	server) run "$prog" -d "$dev" -x "$gid" "$@" ;;
+	client) run "$prog" -d "$dev" -x "$gid" "$@" "$addr_a" ;;
+	ready) ss -Hltn 'sport = :18515' | grep -q . ;;
+	esac
+}
+
 # udaddy ARGS: rdma_cm's UD example: SIDR to A's address over QP1, then datagrams each way.
 udaddy_role() {
 	side=$1
@@ -181,6 +193,20 @@ cases() {
 	case2 "udaddy 3" rodp rodp udaddy_role -C 3
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
 	case2 "udaddy 3" rxe rodp udaddy_role -C 3
+	# RC on the wire. In a case "A-B" B is the client: B's device asks, A's answers.
+	# ibv_rc_pingpong: SENDs both ways, 4 KiB at MTU 1024 (4 packets each).
+	case2 "ibv_rc_pingpong 4096" rodp rodp verbs ibv_rc_pingpong -n 5 -s 4096
+	case2 "ibv_rc_pingpong 4096" rodp rxe verbs ibv_rc_pingpong -n 5 -s 4096
+	case2 "ibv_rc_pingpong 4096" rxe rodp verbs ibv_rc_pingpong -n 5 -s 4096
+	# rping: rdma_cm RC connection; SEND, RDMA READ and WRITE, data verified.
+	case2 "rping 3" rodp rodp rping_role -C 3
+	case2 "rping 3" rxe rodp rping_role -C 3
+	# RDMA READ of 64 KiB (16 response packets) and atomics, with rodp on each side.
+	case2 "ib_read_lat 64K" rodp rxe perf ib_read_lat -n 5 -s 65536
+	case2 "ib_read_lat 64K" rxe rodp perf ib_read_lat -n 5 -s 65536
+	case2 "ib_atomic_lat" rodp rxe perf ib_atomic_lat -n 5
+	case2 "ib_atomic_lat" rxe rodp perf ib_atomic_lat -n 5
+	case2 "ib_write_lat 8K" rodp rodp perf ib_write_lat -n 5 -s 8192
 }
 
 # The first barrier waits for the other guest to boot.

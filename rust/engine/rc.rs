@@ -1,0 +1,1012 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Reliable connection with a peer on another host: rxe's `rxe_req.c`, `rxe_resp.c` and
+//! `rxe_comp.c` as they meet the wire.
+//!
+//! **Requester.** The WQE at the head of the send queue goes out as packets of the path MTU
+//! with PSNs from the QP's `sq_psn` on, the last one asking for an ACK; an RDMA READ asks for at
+//! most [`READ_CHUNK`] bytes per request. One message is in flight at a time. The completer's
+//! half ([`response`]) runs on the device's inbox work and only records the answer in the QP's
+//! [`Answer`] (a READ's data goes into a buffer there: the inbox never touches a requester's
+//! memory, which may need a fault) and schedules the requester, which completes the WQE on its
+//! own worker. No answer within the retransmission timer sends the message again, `retry_cnt`
+//! times; an RNR NAK waits for the peer's RNR timer, `rnr_retry` times (7: for ever); a PSN
+//! sequence NAK sends it again at once; any other NAK completes the WQE with the matching
+//! error.
+//!
+//! **Responder.** A request packet ([`request`]) is taken only from the connected peer (the
+//! route's GID, with the QP number the packet names) and only at the expected PSN; a later PSN
+//! gets one PSN sequence NAK, an earlier one is a duplicate: SEND and WRITE are acknowledged
+//! again, a READ is executed again from the request, an atomic's result is replayed from the
+//! last [`ATOMIC_CACHE`] results. Its memory is the QP's own: a page of ODP memory that is not
+//! mapped is handed to the QP's fault work and the packet gets an RNR NAK with the QP's
+//! `min_rnr_timer`, so that the peer sends it again once the fault had time to end (mlx5's
+//! answer to a responder page fault too). Memory that cannot be faulted in gets the NAK a local
+//! requester would see as `REM_ACCESS_ERR` or `REM_OP_ERR`.
+
+use super::{
+    comp::Exec,
+    packet::{
+        header::{
+            Aeth, AtomicAckEth, AtomicEth, Bth, Headers, Ieth, ImmDt, NakCode, Packet, Reth,
+            Syndrome,
+        },
+        opcode::{Ext, Kind, Opcode, Position, Service},
+        psn::{Mtu, Psn},
+    },
+    resp,
+    wire::{self, Tx},
+    xfer::{gather, transfer, Seg, Src},
+    Message, Nak, Reply,
+};
+use crate::{
+    ib::{
+        umem::AtomicOp,
+        verbs::{QpAttr, WcStatus, WrOpcode},
+    },
+    odp::Faults,
+    qp::QpShared,
+    stats::Counter,
+};
+use kernel::{
+    prelude::*,
+    sync::{atomic::Acquire, Arc},
+};
+
+/// Bytes of an RDMA READ one request asks for: the response waits in a buffer of this size
+/// until the requester copies it into place.
+const READ_CHUNK: usize = 64 << 10;
+
+/// Atomic results a responder keeps for duplicate requests (at least `max_dest_rd_atomic`).
+const ATOMIC_CACHE: usize = 16;
+
+/// The AETH credit field rxe sends: no end-to-end flow control.
+const NO_CREDITS: u8 = 0x1f;
+
+/// The requester's state of an RC QP whose peer is on another host (in `SendSide`).
+#[derive(Default)]
+pub(crate) struct Requester {
+    /// PSN of the next new packet.
+    next_psn: Psn,
+    /// The message of the WQE at the head, sent and not answered yet.
+    inflight: Option<InFlight>,
+    /// The last answer was an RNR NAK: sending again after its timer is no transport retry.
+    after_rnr: bool,
+}
+
+impl Requester {
+    /// A requester whose next packet has PSN `psn` (`sq_psn`).
+    pub(crate) fn new(psn: u32) -> Self {
+        Self {
+            next_psn: Psn::new(psn),
+            ..Default::default()
+        }
+    }
+
+    /// Forgets the message in flight (flush, reset).
+    pub(crate) fn forget(&mut self) {
+        self.inflight = None;
+        self.after_rnr = false;
+    }
+}
+
+/// One message (a READ: one chunk of it) on the wire.
+#[derive(Clone, Copy)]
+struct InFlight {
+    /// PSN of its first packet.
+    first: Psn,
+    /// Its packets (a READ: its response packets, which take the PSNs).
+    npkts: u32,
+    /// A READ chunk: where in the WQE's data it goes, and its length.
+    off: usize,
+    len: usize,
+}
+
+/// What a requester waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Awaited {
+    Ack,
+    Read,
+    Atomic,
+}
+
+struct Expect {
+    /// The peer's GID: answers from anyone else are dropped.
+    peer: [u8; 16],
+    kind: Awaited,
+    first: Psn,
+    last: Psn,
+    /// A READ: the PSN of the next response packet, and the data so far.
+    next: Psn,
+    buf: KVec<u8>,
+    /// A READ: the bytes of the chunk.
+    want: usize,
+}
+
+/// How the peer answered.
+#[derive(Clone, Copy)]
+enum Outcome {
+    Ack(u64),
+    Nak(Nak),
+    Rnr(u8),
+    /// A PSN sequence NAK within the message: send it again now.
+    Resend,
+}
+
+/// The answer to the message in flight, filled by the completer (inbox work) and taken by the
+/// requester (in `QpShared`, under a spinlock of its own so that the inbox never waits for a
+/// requester).
+#[derive(Default)]
+pub(crate) struct Answer {
+    expect: Option<Expect>,
+    outcome: Option<Outcome>,
+}
+
+impl Answer {
+    /// Expects nothing (flush, reset, destroy).
+    pub(crate) fn forget(&mut self) {
+        self.expect = None;
+        self.outcome = None;
+    }
+}
+
+/// What executing a WQE for a remote peer came to.
+pub(super) enum Step {
+    /// The answer: mapped to a completion as a local responder's would be.
+    Reply(Reply),
+    /// Sent (or sent again): wait for the answer under the retransmission timer.
+    Exec(Exec),
+    /// Failed locally (the requester's own memory) or ran out of retries.
+    Done(WcStatus),
+}
+
+/// The requester's part: sends, resends or finishes the message `m` of the WQE at the head of
+/// `qp`'s send queue; `segs` are its local buffers (a READ's destination), `timer_running`
+/// whether the retransmission or RNR timer still runs, `retry_left` the WQE's transport
+/// retries.
+#[expect(clippy::too_many_arguments)]
+pub(super) fn execute(
+    qp: &Arc<QpShared>,
+    st: &mut Requester,
+    timer_running: bool,
+    retry_left: &mut Option<u8>,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+    segs: &[Seg],
+) -> Step {
+    let step = advance(qp, st, timer_running, retry_left, a, sgid, m, segs);
+    if let Step::Done(_) = step {
+        // The WQE completes in error: nothing of it stays in flight.
+        st.forget();
+        qp.answer.lock().forget();
+    }
+    step
+}
+
+#[expect(clippy::too_many_arguments)]
+fn advance(
+    qp: &Arc<QpShared>,
+    st: &mut Requester,
+    timer_running: bool,
+    retry_left: &mut Option<u8>,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+    segs: &[Seg],
+) -> Step {
+    let Some(mtu) = Mtu::from_ib(a.path_mtu) else {
+        return Step::Done(WcStatus::LocQpOpErr);
+    };
+    let Some(f) = st.inflight else {
+        st.after_rnr = false;
+        return start(qp, st, a, sgid, m, mtu, 0);
+    };
+    let (outcome, buf) = {
+        let mut ans = qp.answer.lock();
+        let o = ans.outcome.take();
+        let buf = match o {
+            Some(Outcome::Ack(_)) => ans.expect.take().map(|e| e.buf),
+            _ => None,
+        };
+        (o, buf)
+    };
+    match outcome {
+        Some(Outcome::Ack(orig)) => {
+            st.inflight = None;
+            if m.opcode == WrOpcode::RdmaRead {
+                let data = buf.as_deref().and_then(|b| b.get(..f.len));
+                let placed = data.is_some_and(|d| {
+                    let to_local = Faults {
+                        dst: true,
+                        src: false,
+                    };
+                    transfer(segs, f.off, Src::Inline(d), f.len, to_local).is_ok()
+                });
+                if !placed {
+                    return Step::Done(WcStatus::LocProtErr);
+                }
+                let done = f.off + f.len;
+                if done < m.len {
+                    *retry_left = None;
+                    return start(qp, st, a, sgid, m, mtu, done);
+                }
+            }
+            Step::Reply(Reply::Ack(orig))
+        }
+        Some(Outcome::Nak(n)) => {
+            st.forget();
+            qp.answer.lock().forget();
+            Step::Reply(Reply::Nak(n))
+        }
+        Some(Outcome::Rnr(t)) => {
+            st.after_rnr = true;
+            Step::Reply(Reply::Rnr(t))
+        }
+        Some(Outcome::Resend) => resend(qp, a, sgid, m, mtu, f),
+        None if timer_running => Step::Exec(Exec::Pending),
+        None => {
+            if !core::mem::take(&mut st.after_rnr) {
+                // The retransmission timer expired.
+                let left = retry_left.get_or_insert(a.retry_cnt);
+                if *left == 0 && a.timeout != 0 {
+                    qp.tables.stats.inc(Counter::RetryExceededErr);
+                    st.forget();
+                    qp.answer.lock().forget();
+                    return Step::Done(WcStatus::RetryExcErr);
+                }
+                if a.timeout != 0 {
+                    *left -= 1;
+                }
+                qp.tables.stats.inc(Counter::CompleterRetryErr);
+            }
+            resend(qp, a, sgid, m, mtu, f)
+        }
+    }
+}
+
+/// Sends the message `m` (a READ: its chunk at `off`) for the first time.
+fn start(
+    qp: &Arc<QpShared>,
+    st: &mut Requester,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+    mtu: Mtu,
+    off: usize,
+) -> Step {
+    let (kind, npkts, len) = match m.opcode {
+        WrOpcode::RdmaRead => {
+            let len = (m.len - off).min(READ_CHUNK);
+            (Awaited::Read, mtu.packets(len as u64) as u32, len)
+        }
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => (Awaited::Atomic, 1, 8),
+        _ => (Awaited::Ack, mtu.packets(m.len as u64) as u32, m.len),
+    };
+    let mut buf = KVec::new();
+    if kind == Awaited::Read && buf.reserve(len, GFP_KERNEL).is_err() {
+        return Step::Done(WcStatus::LocQpOpErr);
+    }
+    let f = InFlight {
+        first: st.next_psn,
+        npkts,
+        off,
+        len,
+    };
+    st.next_psn = st.next_psn.add(npkts);
+    st.inflight = Some(f);
+    *qp.answer.lock() = Answer {
+        expect: Some(Expect {
+            peer: a.route.dgid,
+            kind,
+            first: f.first,
+            last: f.first.add(npkts - 1),
+            next: f.first,
+            buf,
+            want: if kind == Awaited::Read { len } else { 0 },
+        }),
+        outcome: None,
+    };
+    resend(qp, a, sgid, m, mtu, f)
+}
+
+/// Sends the packets of `f` (again); what goes wrong on the way is a lost packet.
+fn resend(
+    qp: &Arc<QpShared>,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+    mtu: Mtu,
+    f: InFlight,
+) -> Step {
+    {
+        let mut ans = qp.answer.lock();
+        ans.outcome = None;
+        if let Some(e) = ans.expect.as_mut() {
+            e.next = e.first;
+            e.buf.clear();
+        }
+    }
+    let Some(tx) = Tx::new(
+        &qp.tables,
+        qp.qpn,
+        sgid,
+        &a.route.dgid,
+        a.dest_qp_num,
+        a.route.hop_limit,
+        a.route.traffic_class,
+    ) else {
+        return Step::Exec(Exec::Sent);
+    };
+    match transmit(qp, &tx, m, mtu, f) {
+        Err(wire::NotSent::Local) => {
+            qp.answer.lock().forget();
+            Step::Done(WcStatus::LocProtErr)
+        }
+        _ => Step::Exec(Exec::Sent),
+    }
+}
+
+/// The trailer header of the last packet of `op`.
+fn trailer(op: WrOpcode) -> Ext {
+    match op {
+        WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => Ext::IMM_DT,
+        WrOpcode::SendWithInv => Ext::IETH,
+        _ => Ext::NONE,
+    }
+}
+
+/// Builds and sends the request packets of `f`.
+fn transmit(
+    qp: &QpShared,
+    tx: &Tx,
+    m: &Message<'_>,
+    mtu: Mtu,
+    f: InFlight,
+) -> Result<(), wire::NotSent> {
+    let stats = &qp.tables.stats;
+    let dest_qpn = tx.dest_qpn;
+    let one = |op: Opcode| {
+        let mut bth = Bth::new(op, dest_qpn, f.first);
+        bth.ack_req = true;
+        Headers::new(bth)
+    };
+    match m.opcode {
+        WrOpcode::RdmaRead => {
+            let mut h = one(Opcode::RC_RDMA_READ_REQUEST);
+            h.reth = Some(Reth {
+                va: m.remote_addr.wrapping_add(f.off as u64),
+                rkey: m.rkey,
+                len: f.len as u32,
+            });
+            return tx.send(stats, h, 0, |_| Ok(()));
+        }
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+            let (op, swap_add, compare) = match m.atomic {
+                Some(AtomicOp::CmpSwap(c, s)) => (Opcode::RC_COMPARE_SWAP, s, c),
+                Some(AtomicOp::FetchAdd(x)) => (Opcode::RC_FETCH_ADD, x, 0),
+                _ => return Err(wire::NotSent::Local),
+            };
+            let mut h = one(op);
+            h.atomic_eth = Some(AtomicEth {
+                va: m.remote_addr,
+                rkey: m.rkey,
+                swap_add,
+                compare,
+            });
+            return tx.send(stats, h, 0, |_| Ok(()));
+        }
+        _ => {}
+    }
+    let kind = if m.opcode.is_send() {
+        Kind::Send
+    } else {
+        Kind::Write
+    };
+    let size = mtu.bytes() as usize;
+    for i in 0..f.npkts {
+        let last = i + 1 == f.npkts;
+        let position = match (i == 0, last) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, false) => Position::Middle,
+            (false, true) => Position::Last,
+        };
+        let tr = if last { trailer(m.opcode) } else { Ext::NONE };
+        let op = Opcode::of(Service::Rc, kind, position, tr).ok_or(wire::NotSent::Local)?;
+        let mut bth = Bth::new(op, dest_qpn, f.first.add(i));
+        bth.ack_req = last;
+        bth.solicited = last && m.solicited;
+        let mut h = Headers::new(bth);
+        if kind == Kind::Write && i == 0 {
+            h.reth = Some(Reth {
+                va: m.remote_addr,
+                rkey: m.rkey,
+                len: m.len as u32,
+            });
+        }
+        if tr == Ext::IMM_DT {
+            h.imm = Some(ImmDt(m.imm));
+        } else if tr == Ext::IETH {
+            h.ieth = Some(Ieth { rkey: m.imm });
+        }
+        let off = i as usize * size;
+        let n = size.min(m.len - off);
+        let local = core::cell::Cell::new(false);
+        let r = tx.send(stats, h, n, |out| {
+            gather(m.data, off, out, true).inspect_err(|_| local.set(true))
+        });
+        if local.get() {
+            return Err(wire::NotSent::Local);
+        }
+        // A packet that did not leave is lost; the rest still go (the peer NAKs the gap).
+        let _ = r;
+        crate::ib::wq::cond_resched();
+    }
+    Ok(())
+}
+
+/// The completer's part (on the inbox work): takes the response `p` from `from` for `qp`'s
+/// message in flight, if it is one; whether it was.
+pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> bool {
+    let psn = p.hdr.bth.psn;
+    let taken = {
+        let mut ans = qp.answer.lock();
+        let Answer { expect, outcome } = &mut *ans;
+        match expect.as_mut() {
+            Some(e) if outcome.is_none() && e.peer == *from => {
+                let o = answer(e, p, psn);
+                if let Some(Some(o)) = o {
+                    *outcome = Some(o);
+                }
+                o
+            }
+            _ => None,
+        }
+    };
+    if let Some(Some(_)) = taken {
+        qp.kick();
+    }
+    taken.is_some()
+}
+
+/// Whether `p` at `psn` is an answer to the message `e` waits for (`None`: it is not), and
+/// what it says when it ends the wait (a READ response's data is kept).
+fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn) -> Option<Option<Outcome>> {
+    let within = psn.diff(e.first) >= 0 && psn.diff(e.last) <= 0;
+    match (p.info.kind, p.hdr.aeth.map(|a| a.syndrome)) {
+        (Kind::Ack, Some(Syndrome::Ack(_))) if e.kind == Awaited::Ack && psn == e.last => {
+            Some(Some(Outcome::Ack(0)))
+        }
+        (Kind::Ack, Some(Syndrome::RnrNak(t))) if within => Some(Some(Outcome::Rnr(t))),
+        (Kind::Ack, Some(Syndrome::Nak(code))) if within => Some(Some(match code {
+            NakCode::PsnSeqErr => Outcome::Resend,
+            NakCode::RemAccess => Outcome::Nak(Nak::Access),
+            NakCode::RemOp => Outcome::Nak(Nak::Op),
+            NakCode::InvReq | NakCode::InvRdReq => Outcome::Nak(Nak::InvReq),
+        })),
+        (Kind::AtomicAck, Some(Syndrome::Ack(_)))
+            if e.kind == Awaited::Atomic && psn == e.first =>
+        {
+            p.hdr.atomic_ack_eth.map(|a| Some(Outcome::Ack(a.orig)))
+        }
+        (Kind::ReadResponse, syndrome) if e.kind == Awaited::Read && psn == e.next => {
+            if !matches!(syndrome, None | Some(Syndrome::Ack(_))) {
+                return None;
+            }
+            // In the buffer reserved for the chunk: it never grows here.
+            let room = e.want - e.buf.len();
+            if p.payload.len() > room || e.buf.extend_from_slice(p.payload, GFP_ATOMIC).is_err() {
+                return None;
+            }
+            e.next = e.next.add(1);
+            let done = p.info.position.ends() && psn == e.last && e.buf.len() == e.want;
+            Some(done.then_some(Outcome::Ack(0)))
+        }
+        _ => None,
+    }
+}
+
+/// The responder's state of an RC QP (in `RecvSide`).
+#[derive(Default)]
+pub(crate) struct Responder {
+    /// The PSN expected next (`rq_psn` at first).
+    epsn: Psn,
+    /// Messages completed (the AETH's MSN).
+    msn: u32,
+    /// A PSN sequence NAK was sent for the gap at `epsn`: one is enough.
+    nak_sent: bool,
+    /// The message being received.
+    cur: Cur,
+    /// Results of the last atomics, for duplicates: PSN and original value.
+    atomics: [Option<(Psn, u64)>; ATOMIC_CACHE],
+    next_atomic: usize,
+}
+
+#[derive(Default, Clone, Copy)]
+enum Cur {
+    #[default]
+    Idle,
+    /// A SEND, with the bytes placed so far.
+    Send(usize),
+    /// An RDMA WRITE: the next address, its key, the bytes still to come and the total.
+    Write {
+        va: u64,
+        rkey: u32,
+        resid: u64,
+        total: u32,
+    },
+}
+
+impl Responder {
+    /// A responder expecting PSN `psn` (`rq_psn`).
+    pub(crate) fn new(psn: u32) -> Self {
+        Self {
+            epsn: Psn::new(psn),
+            ..Default::default()
+        }
+    }
+}
+
+/// The operation a request packet belongs to.
+fn wr_opcode(p: &Packet<'_>) -> Option<WrOpcode> {
+    let ext = p.info.ext;
+    Some(match p.info.kind {
+        Kind::Send if ext.contains(Ext::IMM_DT) => WrOpcode::SendWithImm,
+        Kind::Send if ext.contains(Ext::IETH) => WrOpcode::SendWithInv,
+        Kind::Send => WrOpcode::Send,
+        Kind::Write if ext.contains(Ext::IMM_DT) => WrOpcode::RdmaWriteWithImm,
+        Kind::Write => WrOpcode::RdmaWrite,
+        Kind::ReadRequest => WrOpcode::RdmaRead,
+        Kind::CompareSwap => WrOpcode::AtomicCmpAndSwp,
+        Kind::FetchAdd => WrOpcode::AtomicFetchAndAdd,
+        _ => return None,
+    })
+}
+
+/// The responder's part (on the inbox work): executes the request packet `p` that came from
+/// `from` to the local GID `to` on `qp`, and answers it; whether the packet was taken.
+pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &[u8; 16]) -> bool {
+    let Some(op) = wr_opcode(p) else {
+        return false;
+    };
+    // Looked up before the ring lock is taken (the device list has a lock of its own).
+    let mut tx = Tx::new(&qp.tables, qp.qpn, to, from, 0, 64, 0);
+    let mut rq = qp.rq.lock();
+    if rq.peer.1 != *from {
+        drop(rq);
+        qp.tables.stats.inc(Counter::RcvdPeerErr);
+        return false;
+    }
+    if !qp.can_receive() {
+        return false;
+    }
+    if let Some(t) = tx.as_mut() {
+        t.dest_qpn = rq.peer.0;
+    }
+    let psn = p.hdr.bth.psn;
+    let d = psn.diff(rq.wire.epsn);
+    if d > 0 {
+        // A gap: packets were lost. One NAK asks for them.
+        qp.tables.stats.inc(Counter::OutOfSeqRequest);
+        if !rq.wire.nak_sent {
+            rq.wire.nak_sent = true;
+            let (epsn, msn) = (rq.wire.epsn, rq.wire.msn);
+            drop(rq);
+            ack(
+                qp,
+                tx.as_ref(),
+                Syndrome::Nak(NakCode::PsnSeqErr),
+                epsn,
+                msn,
+            );
+        }
+        return false;
+    }
+    let mut m = Message {
+        from: qp,
+        ticket: None,
+        opcode: op,
+        src_qpn: rq.peer.0,
+        src_gid: *from,
+        imm: match (p.hdr.imm, p.hdr.ieth) {
+            (Some(i), _) => i.0,
+            // The key to invalidate travels where immediate data would (host order).
+            (_, Some(i)) => i.rkey,
+            _ => 0,
+        },
+        solicited: p.hdr.bth.solicited,
+        len: p.payload.len(),
+        data: Src::Inline(p.payload),
+        remote_addr: p.hdr.reth.map_or(0, |r| r.va),
+        rkey: p.hdr.reth.map_or(0, |r| r.rkey),
+        atomic: p.hdr.atomic_eth.map(|a| match p.info.kind {
+            Kind::CompareSwap => AtomicOp::CmpSwap(a.compare, a.swap_add),
+            _ => AtomicOp::FetchAdd(a.swap_add),
+        }),
+        read_into: &[],
+        ud: None,
+    };
+    if let Some(r) = p.hdr.reth.filter(|_| p.info.kind == Kind::ReadRequest) {
+        m.len = r.len as usize;
+    }
+    if let Some(a) = p.hdr.atomic_eth {
+        m.remote_addr = a.va;
+        m.rkey = a.rkey;
+        m.len = 8;
+    }
+    if d < 0 {
+        qp.tables.stats.inc(Counter::DuplicateRequest);
+        let w = &rq.wire;
+        let (epsn, msn) = (w.epsn, w.msn);
+        match p.info.kind {
+            Kind::ReadRequest => {
+                let n = qp_mtu(qp).packets(m.len as u64) as u32;
+                // Only a request whose whole response lies before `epsn` was executed.
+                if psn.add(n).diff(epsn) > 0 {
+                    return false;
+                }
+                drop(rq);
+                let _ = read(qp, tx.as_ref(), &m, psn, msn);
+            }
+            Kind::CompareSwap | Kind::FetchAdd => {
+                let orig = w
+                    .atomics
+                    .iter()
+                    .flatten()
+                    .find(|(p, _)| *p == psn)
+                    .map(|(_, v)| *v);
+                drop(rq);
+                match orig {
+                    Some(v) => atomic_ack(qp, tx.as_ref(), psn, msn, v),
+                    None => return false,
+                }
+            }
+            _ => {
+                drop(rq);
+                ack(
+                    qp,
+                    tx.as_ref(),
+                    Syndrome::Ack(NO_CREDITS),
+                    epsn.add(u32::MAX),
+                    msn,
+                );
+            }
+        }
+        return true;
+    }
+    resp::comm_established(qp, &mut rq);
+    let mtu = qp_mtu(qp);
+    let r = execute_in_order(qp, &mut rq, &m, p, mtu);
+    rq.segs.clear();
+    let w = &mut rq.wire;
+    let msn = match r {
+        // Taken: the PSN moves on (a READ takes one per response packet).
+        Reply::Ack(orig) => {
+            w.nak_sent = false;
+            let n = match p.info.kind {
+                Kind::ReadRequest => mtu.packets(m.len as u64) as u32,
+                _ => 1,
+            };
+            w.epsn = psn.add(n);
+            if p.info.position.ends() {
+                w.msn = w.msn.wrapping_add(1) & Psn::MASK;
+                w.cur = Cur::Idle;
+            }
+            if op.is_atomic() {
+                let i = w.next_atomic;
+                w.atomics[i] = Some((psn, orig));
+                w.next_atomic = (i + 1) % ATOMIC_CACHE;
+            }
+            w.msn
+        }
+        Reply::Nak(_) => {
+            w.cur = Cur::Idle;
+            w.msn
+        }
+        Reply::Rnr(_) | Reply::Wait => w.msn,
+        Reply::Drop | Reply::Retry => return false,
+    };
+    drop(rq);
+    // Counted, and a NAK moves the QP to ERR, with no ring lock held.
+    let tx = tx.as_ref();
+    match resp::answered(qp, r) {
+        Reply::Ack(orig) => {
+            qp.tables
+                .stats
+                .add(Counter::RcvdBytes, p.payload.len() as u64);
+            match p.info.kind {
+                Kind::ReadRequest => {
+                    let _ = read(qp, tx, &m, psn, msn);
+                }
+                Kind::CompareSwap | Kind::FetchAdd => atomic_ack(qp, tx, psn, msn, orig),
+                _ if p.hdr.bth.ack_req || p.info.position.ends() => {
+                    ack(qp, tx, Syndrome::Ack(NO_CREDITS), psn, msn)
+                }
+                _ => {}
+            }
+        }
+        Reply::Nak(n) => {
+            let code = match n {
+                Nak::InvReq => NakCode::InvReq,
+                Nak::Access => NakCode::RemAccess,
+                Nak::Op => NakCode::RemOp,
+            };
+            ack(qp, tx, Syndrome::Nak(code), psn, msn);
+        }
+        _ => {
+            // The receive queue is empty, or the memory is being faulted in: ask again later.
+            let t = qp.min_rnr_timer.load(Acquire) as u8;
+            ack(qp, tx, Syndrome::RnrNak(t), psn, msn);
+        }
+    }
+    true
+}
+
+/// The path MTU the responder holds a QP to (4096 before one is set).
+fn qp_mtu(qp: &QpShared) -> Mtu {
+    Mtu::from_ib(qp.path_mtu.load(Acquire)).unwrap_or(Mtu::Mtu4096)
+}
+
+/// Executes the in-order request packet `p` (its message `m`) on `qp`.
+fn execute_in_order(
+    qp: &Arc<QpShared>,
+    rq: &mut crate::qp::RecvSide,
+    m: &Message<'_>,
+    p: &Packet<'_>,
+    mtu: Mtu,
+) -> Reply {
+    let pos = p.info.position;
+    // Packets of a message in order: FIRST, MIDDLE..., LAST, of one kind.
+    let cur = rq.wire.cur;
+    let continues = !pos.starts();
+    let fits = match (cur, p.info.kind) {
+        (Cur::Send(_), Kind::Send) | (Cur::Write { .. }, Kind::Write) => continues,
+        (Cur::Idle, _) => !continues,
+        _ => false,
+    };
+    // A packet that does not end its message carries exactly the path MTU; none carries more.
+    let size = mtu.bytes() as usize;
+    if !fits || p.payload.len() > size || (!pos.ends() && p.payload.len() != size) {
+        return Reply::Nak(Nak::InvReq);
+    }
+    match p.info.kind {
+        Kind::Send => {
+            let off = match cur {
+                Cur::Send(off) => off,
+                _ => 0,
+            };
+            let r = resp::send_part(qp, rq, m, off, pos.starts(), pos.ends());
+            if let Reply::Ack(_) = r {
+                rq.wire.cur = Cur::Send(off + p.payload.len());
+            }
+            r
+        }
+        Kind::Write => {
+            let (va, rkey, resid, total) = match (cur, p.hdr.reth) {
+                (
+                    Cur::Write {
+                        va,
+                        rkey,
+                        resid,
+                        total,
+                    },
+                    _,
+                ) => (va, rkey, resid, total),
+                (_, Some(r)) => (r.va, r.rkey, u64::from(r.len), r.len),
+                _ => return Reply::Nak(Nak::InvReq),
+            };
+            let len = p.payload.len() as u64;
+            if len > resid || (pos.ends() && len != resid) {
+                return Reply::Nak(Nak::InvReq);
+            }
+            let part = Message {
+                remote_addr: va,
+                rkey,
+                ..*m
+            };
+            let r = resp::write_part(qp, rq, &part, total, pos.ends());
+            if let Reply::Ack(_) = r {
+                rq.wire.cur = Cur::Write {
+                    va: va.wrapping_add(len),
+                    rkey,
+                    resid: resid - len,
+                    total,
+                };
+            }
+            r
+        }
+        Kind::ReadRequest => match resp::read_target(qp, m) {
+            Ok(_) => Reply::Ack(0),
+            Err(r) => r,
+        },
+        Kind::CompareSwap | Kind::FetchAdd => resp::atomic(qp, m),
+        _ => Reply::Nak(Nak::InvReq),
+    }
+}
+
+/// Sends an ACK or NAK for `psn`.
+fn ack(qp: &QpShared, tx: Option<&Tx>, syndrome: Syndrome, psn: Psn, msn: u32) {
+    let Some(tx) = tx else { return };
+    let mut h = Headers::new(Bth::new(Opcode::RC_ACKNOWLEDGE, tx.dest_qpn, psn));
+    h.aeth = Some(Aeth { syndrome, msn });
+    let _ = tx.send(&qp.tables.stats, h, 0, |_| Ok(()));
+}
+
+fn atomic_ack(qp: &QpShared, tx: Option<&Tx>, psn: Psn, msn: u32, orig: u64) {
+    let Some(tx) = tx else { return };
+    let mut h = Headers::new(Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, tx.dest_qpn, psn));
+    h.aeth = Some(Aeth {
+        syndrome: Syndrome::Ack(NO_CREDITS),
+        msn,
+    });
+    h.atomic_ack_eth = Some(AtomicAckEth { orig });
+    let _ = tx.send(&qp.tables.stats, h, 0, |_| Ok(()));
+}
+
+/// Sends the response of the READ `m` (checked) at `psn`: its data as packets of the path MTU,
+/// from memory that must be mapped (a page gone since is a lost response: the peer asks again).
+fn read(qp: &Arc<QpShared>, tx: Option<&Tx>, m: &Message<'_>, psn: Psn, msn: u32) -> Result {
+    let Some(tx) = tx else { return Ok(()) };
+    let len = m.len;
+    let mtu = qp_mtu(qp);
+    let n = mtu.packets(len as u64) as u32;
+    let seg = resp::read_target(qp, m)
+        .map_err(|_| EACCES)?
+        .map(|(mr, off)| Seg { mr, off, len });
+    let segs = seg.as_slice();
+    let size = mtu.bytes() as usize;
+    for i in 0..n {
+        let position = match (i == 0, i + 1 == n) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, false) => Position::Middle,
+            (false, true) => Position::Last,
+        };
+        let op = Opcode::of(Service::Rc, Kind::ReadResponse, position, Ext::NONE).ok_or(EINVAL)?;
+        let mut h = Headers::new(Bth::new(op, tx.dest_qpn, psn.add(i)));
+        if position != Position::Middle {
+            h.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack(NO_CREDITS),
+                msn,
+            });
+        }
+        let off = i as usize * size;
+        let k = size.min(len - off);
+        tx.send(&qp.tables.stats, h, k, |out| {
+            gather(Src::Segs(segs), off, out, false)
+        })
+        .map_err(|_| EIO)?;
+        crate::ib::wq::cond_resched();
+    }
+    Ok(())
+}
+
+#[kunit_tests(rodp_rc)]
+mod tests {
+    use super::*;
+    use crate::engine::packet::header::{build, parse};
+
+    /// An expectation of `kind` for PSNs `first..=last` (a READ of `want` bytes).
+    fn expect(kind: Awaited, first: u32, last: u32, want: usize) -> Expect {
+        let mut buf = KVec::new();
+        buf.reserve(want, GFP_KERNEL).unwrap();
+        Expect {
+            peer: [0; 16],
+            kind,
+            first: Psn::new(first),
+            last: Psn::new(last),
+            next: Psn::new(first),
+            buf,
+            want,
+        }
+    }
+
+    /// What `e` makes of a packet `op` at `psn` with `syndrome` and `payload`.
+    fn feed(
+        e: &mut Expect,
+        op: Opcode,
+        psn: u32,
+        syndrome: Option<Syndrome>,
+        payload: &[u8],
+    ) -> Option<Option<Outcome>> {
+        let mut h = Headers::new(Bth::new(op, 7, Psn::new(psn)));
+        h.aeth = syndrome.map(|syndrome| Aeth { syndrome, msn: 1 });
+        if op == Opcode::RC_ATOMIC_ACKNOWLEDGE {
+            h.atomic_ack_eth = Some(AtomicAckEth { orig: 99 });
+        }
+        let mut b = [0u8; 512];
+        let n = build(&h, payload, &mut b).unwrap();
+        let p = parse(&b[..n]).unwrap();
+        answer(e, &p, Psn::new(psn))
+    }
+
+    fn is_ack(o: Option<Option<Outcome>>) -> bool {
+        matches!(o, Some(Some(Outcome::Ack(_))))
+    }
+
+    #[test]
+    fn an_ack_completes_only_at_the_last_psn() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let mut e = expect(Awaited::Ack, 10, 12, 0);
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 11, ack, &[]).is_none());
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 13, ack, &[]).is_none());
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 12, ack, &[])));
+        // Across the wrap of the 24-bit PSN.
+        let mut e = expect(Awaited::Ack, 0xff_ffff, 0, 0);
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 0, ack, &[])));
+    }
+
+    #[test]
+    fn naks_count_only_within_the_message() {
+        let mut e = expect(Awaited::Ack, 10, 12, 0);
+        let rnr = Some(Syndrome::RnrNak(3));
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 9, rnr, &[]).is_none());
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 11, rnr, &[]),
+            Some(Some(Outcome::Rnr(3)))
+        ));
+        let seq = Some(Syndrome::Nak(NakCode::PsnSeqErr));
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 10, seq, &[]),
+            Some(Some(Outcome::Resend))
+        ));
+        let acc = Some(Syndrome::Nak(NakCode::RemAccess));
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 20, acc, &[]).is_none());
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 12, acc, &[]),
+            Some(Some(Outcome::Nak(Nak::Access)))
+        ));
+        // An atomic's answer is no ACK for a SEND.
+        assert!(feed(
+            &mut e,
+            Opcode::RC_ATOMIC_ACKNOWLEDGE,
+            12,
+            Some(Syndrome::Ack(0x1f)),
+            &[]
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn read_responses_are_taken_in_order_and_in_size() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let mut e = expect(Awaited::Read, 5, 6, 300);
+        let first = [1u8; 256];
+        let last = [2u8; 44];
+        // Out of order, then a plain ACK: neither is taken.
+        assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_LAST, 6, ack, &last).is_none());
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 6, ack, &[]).is_none());
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &first),
+            Some(None)
+        ));
+        // A duplicate of the first is not taken twice.
+        assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &first).is_none());
+        assert!(is_ack(feed(
+            &mut e,
+            Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            6,
+            ack,
+            &last
+        )));
+        assert_eq!(e.buf.len(), 300);
+        assert_eq!(e.buf[255], 1);
+        assert_eq!(e.buf[256], 2);
+        // More data than asked for is refused.
+        let mut e = expect(Awaited::Read, 5, 5, 100);
+        assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_ONLY, 5, ack, &first).is_none());
+        assert_eq!(e.buf.len(), 0);
+    }
+
+    #[test]
+    fn an_atomic_ack_carries_the_original_value() {
+        let mut e = expect(Awaited::Atomic, 40, 40, 0);
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 40, ack, &[]).is_none());
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ATOMIC_ACKNOWLEDGE, 40, ack, &[]),
+            Some(Some(Outcome::Ack(99)))
+        ));
+    }
+}

@@ -1,0 +1,673 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * RC on the wire, against a peer this test plays by hand: an RC QP of rodp0 (on veth0,
+ * 10.0.0.1) is connected to QP PEER_QPN at 10.0.0.9, an address no host has. Its packets go out
+ * veth0 to veth1's MAC (a static neighbour entry) and are read on veth1 through a packet
+ * socket; the peer's packets are built here, ICRC included, and injected on veth1 as frames
+ * for veth0 (root only; the test kernel has no network namespaces, see rodp_net.c).
+ *
+ * The responder: in-order SENDs (one and several packets), WRITE, READ (two response
+ * packets), FETCH_ADD with a duplicate replayed from the cache, each acknowledged as IBTA
+ * says; and every hostile packet harmless and counted: a bad ICRC, a stranger's source
+ * address, a PSN gap (one NAK), a duplicate (acknowledged again, delivered once), a WRITE
+ * beyond the MR (NAK, QP in error), a packet out of its message's order (NAK), answers nobody
+ * asked for. The requester: a two-packet SEND completes on the peer's ACK, an RNR NAK and a
+ * PSN sequence NAK make it send again, silence makes it retry retry_cnt times and fail, and a
+ * READ's response lands in place.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include "rodp_verbs.h"
+#include "kselftest_harness.h"
+
+#define ROCE_PORT 4791
+#define PEER_QPN 0x123
+#define PEER_IP 9
+#define STRANGER_IP 8
+#define MTU 1024
+#define BUF_LEN 65536
+
+/* Opcodes (IBTA table 38). */
+enum {
+	SEND_FIRST = 0x00, SEND_MIDDLE = 0x01, SEND_LAST = 0x02, SEND_ONLY = 0x04,
+	WRITE_ONLY = 0x0a, READ_REQ = 0x0c, READ_RESP_FIRST = 0x0d, READ_RESP_LAST = 0x0f,
+	READ_RESP_ONLY = 0x10, ACK = 0x11, ATOMIC_ACK = 0x12, FETCH_ADD = 0x14,
+};
+
+/* CRC-32 (IEEE, LSB first), no inversion: the kernel's crc32_le. */
+static uint32_t crc32_le(uint32_t crc, const uint8_t *p, size_t n)
+{
+	while (n--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc >> 1) ^ (0xedb88320 & -(crc & 1));
+	}
+	return crc;
+}
+
+/* The ICRC of pkt (BTH to pad) in ip (IPv4, 20 bytes) and udp, masked as RoCEv2 says. */
+static void icrc(const uint8_t *ip, const uint8_t *udp, const uint8_t *pkt, size_t len,
+		 uint8_t out[4])
+{
+	uint8_t i[20], u[8], b[12];
+	uint32_t crc = 0xdebb20e3;
+
+	memcpy(i, ip, 20);
+	i[1] = 0xff, i[8] = 0xff, i[10] = 0xff, i[11] = 0xff;
+	memcpy(u, udp, 8);
+	u[6] = u[7] = 0xff;
+	memcpy(b, pkt, 12);
+	b[4] = 0xff;
+	crc = crc32_le(crc, i, 20);
+	crc = crc32_le(crc, u, 8);
+	crc = crc32_le(crc, b, 12);
+	crc = crc32_le(crc, pkt + 12, len - 12);
+	crc = ~crc;
+	for (int k = 0; k < 4; k++)
+		out[k] = crc >> (8 * k);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = v >> 24, p[1] = v >> 16, p[2] = v >> 8, p[3] = v;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, v >> 32);
+	put32(p + 4, v);
+}
+
+static uint32_t get24(const uint8_t *p)
+{
+	return p[0] << 16 | p[1] << 8 | p[2];
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int k = 0; k < 8; k++)
+		v = v << 8 | p[k];
+	return v;
+}
+
+/* A RoCEv2 packet being built: headers and payload, before pad and ICRC. */
+struct pkt {
+	uint8_t b[4200];
+	size_t len;
+};
+
+/* Starts a packet with its BTH: opcode op to qpn at psn; the pad is set by send_pkt. */
+static void bth(struct pkt *p, uint8_t op, uint32_t qpn, uint32_t psn, int ack_req)
+{
+	memset(p->b, 0, 12);
+	p->b[0] = op;
+	p->b[2] = p->b[3] = 0xff;
+	put32(p->b + 4, qpn & 0xffffff);
+	put32(p->b + 8, psn & 0xffffff);
+	if (ack_req)
+		p->b[8] |= 0x80;
+	p->len = 12;
+}
+
+static void add(struct pkt *p, const void *data, size_t n)
+{
+	memcpy(p->b + p->len, data, n);
+	p->len += n;
+}
+
+static void reth(struct pkt *p, uint64_t va, uint32_t rkey, uint32_t len)
+{
+	uint8_t h[16];
+
+	put64(h, va);
+	put32(h + 8, rkey);
+	put32(h + 12, len);
+	add(p, h, 16);
+}
+
+static void aeth(struct pkt *p, uint8_t syndrome, uint32_t msn)
+{
+	uint8_t h[4];
+
+	put32(h, msn & 0xffffff);
+	h[0] = syndrome;
+	add(p, h, 4);
+}
+
+struct wire {
+	int fd, ifindex;
+	uint8_t dmac[6], smac[6];
+};
+
+static int read_mac(const char *ifname, uint8_t mac[6])
+{
+	char path[128];
+	unsigned int m[6];
+	FILE *f;
+	int ok;
+
+	snprintf(path, sizeof(path), "/sys/class/net/%s/address", ifname);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	ok = fscanf(f, "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) == 6;
+	fclose(f);
+	for (int i = 0; i < 6; i++)
+		mac[i] = m[i];
+	return ok ? 0 : -1;
+}
+
+static int wire_open(struct wire *w)
+{
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP) };
+
+	if (read_mac("veth0", w->dmac) || read_mac("veth1", w->smac))
+		return -1;
+	w->ifindex = if_nametoindex("veth1");
+	w->fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_IP));
+	if (w->fd < 0)
+		return -1;
+	sll.sll_ifindex = w->ifindex;
+	return bind(w->fd, (struct sockaddr *)&sll, sizeof(sll));
+}
+
+static unsigned short ip_csum(const uint8_t *p, int n)
+{
+	unsigned long s = 0;
+
+	for (int i = 0; i < n; i += 2)
+		s += (p[i] << 8) | p[i + 1];
+	while (s >> 16)
+		s = (s & 0xffff) + (s >> 16);
+	return htons(~s & 0xffff);
+}
+
+/*
+ * Sends p from 10.0.0.<src> to 10.0.0.1 as a frame on veth1 for veth0: pad, ICRC (its first
+ * byte flipped when bad_icrc).
+ */
+static int send_pkt(struct wire *w, struct pkt *p, int src, int bad_icrc)
+{
+	uint8_t f[4300], *ip = f + 14, *udp = ip + 20, *r = udp + 8;
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_halen = 6,
+				   .sll_ifindex = w->ifindex };
+	size_t pad = (4 - (p->len - 12) % 4) % 4, rlen, flen;
+	unsigned short c;
+
+	/* The pad count goes in the BTH before the ICRC covers it. */
+	p->b[1] = (p->b[1] & ~0x30) | pad << 4;
+	memcpy(r, p->b, p->len);
+	memset(r + p->len, 0, pad);
+	rlen = p->len + pad + 4;
+	memcpy(f, w->dmac, 6);
+	memcpy(f + 6, w->smac, 6);
+	f[12] = 0x08, f[13] = 0x00;
+	memset(ip, 0, 20);
+	ip[0] = 0x45;
+	ip[2] = (20 + 8 + rlen) >> 8, ip[3] = (20 + 8 + rlen) & 0xff;
+	ip[6] = 0x40, ip[8] = 64, ip[9] = 17;
+	ip[12] = 10, ip[15] = src, ip[16] = 10, ip[19] = 1;
+	c = ip_csum(ip, 20);
+	memcpy(ip + 10, &c, 2);
+	udp[0] = 0xc0, udp[1] = 0x01, udp[2] = ROCE_PORT >> 8, udp[3] = ROCE_PORT & 0xff;
+	udp[4] = (8 + rlen) >> 8, udp[5] = (8 + rlen) & 0xff;
+	udp[6] = udp[7] = 0;
+	icrc(ip, udp, r, p->len + pad, r + p->len + pad);
+	if (bad_icrc)
+		r[p->len + pad] ^= 0x5a;
+	flen = 14 + 20 + 8 + rlen;
+	memcpy(sll.sll_addr, w->dmac, 6);
+	return sendto(w->fd, f, flen, 0, (struct sockaddr *)&sll, sizeof(sll)) == (ssize_t)flen ?
+		0 : -1;
+}
+
+/*
+ * Waits up to ms for a RoCEv2 packet from 10.0.0.1 on veth1 and copies it (BTH to ICRC) into
+ * p; returns its length without pad and ICRC, 0 on timeout.
+ */
+static int recv_pkt(struct wire *w, struct pkt *p, int ms)
+{
+	long end = now_ms() + ms;
+	uint8_t fr[4400], *f = fr + 14;
+
+	while (now_ms() < end) {
+		struct pollfd pfd = { .fd = w->fd, .events = POLLIN };
+		struct sockaddr_ll from;
+		socklen_t fl = sizeof(from);
+		ssize_t n;
+		uint8_t *udp;
+
+		if (poll(&pfd, 1, 50) <= 0)
+			continue;
+		n = recvfrom(w->fd, fr, sizeof(fr), 0, (struct sockaddr *)&from, &fl) - 14;
+		/* IPv4 from 10.0.0.1 to the RoCEv2 port, arriving on veth1. */
+		if (n < 20 + 8 + 16 || from.sll_pkttype == PACKET_OUTGOING || f[0] != 0x45 ||
+		    f[9] != 17 || f[15] != 1 || f[12] != 10)
+			continue;
+		udp = f + 20;
+		if ((udp[2] << 8 | udp[3]) != ROCE_PORT)
+			continue;
+		n -= 28;
+		memcpy(p->b, udp + 8, n);
+		p->len = n - 4 - ((p->b[1] >> 4) & 3);
+		return p->len;
+	}
+	return 0;
+}
+
+static uint32_t pkt_psn(const struct pkt *p)
+{
+	return get24(p->b + 9);
+}
+
+FIXTURE(wire) {
+	struct dev d;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *buf;
+	struct wire w;
+	union ibv_gid peer;
+};
+
+static int connect_peer(struct _test_data_wire *self, const struct rc_opts *o)
+{
+	return rc_connect(self->qp, &self->d, PEER_QPN, &self->peer, o);
+}
+
+FIXTURE_SETUP(wire)
+{
+	ASSERT_EQ(0, link_add("rodp0", "veth0"));
+	ASSERT_EQ(0, sh(NULL, 0, "ip neigh replace 10.0.0.%d lladdr $(cat /sys/class/net/veth1/"
+			"address) dev veth0 nud permanent", PEER_IP));
+	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
+	self->cq = ibv_create_cq(self->d.ctx, 64, NULL, NULL, 0);
+	ASSERT_NE(NULL, self->cq);
+	self->qp = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	ASSERT_NE(NULL, self->qp);
+	self->buf = aligned_alloc(4096, BUF_LEN);
+	ASSERT_NE(NULL, self->buf);
+	memset(self->buf, 0, BUF_LEN);
+	self->mr = ibv_reg_mr(self->d.pd, self->buf, BUF_LEN, ALL_ACCESS);
+	ASSERT_NE(NULL, self->mr);
+	memset(&self->peer, 0, sizeof(self->peer));
+	self->peer.raw[10] = self->peer.raw[11] = 0xff;
+	self->peer.raw[12] = 10, self->peer.raw[15] = PEER_IP;
+	ASSERT_EQ(0, connect_peer(self, &rc_default));
+	ASSERT_EQ(0, wire_open(&self->w));
+}
+
+FIXTURE_TEARDOWN(wire)
+{
+	if (self->w.fd > 0)
+		close(self->w.fd);
+	if (self->qp)
+		ibv_destroy_qp(self->qp);
+	if (self->mr)
+		ibv_dereg_mr(self->mr);
+	if (self->cq)
+		ibv_destroy_cq(self->cq);
+	dev_close(&self->d);
+	free(self->buf);
+	sh(NULL, 0, "rdma link delete rodp0; ip neigh del 10.0.0.%d dev veth0", PEER_IP);
+}
+
+static long cnt(const char *name)
+{
+	return hw_counter("rodp0", name);
+}
+
+/* A SEND_ONLY of n bytes (pattern seed) at psn from src, asking for an ACK. */
+static int send_only(struct wire *w, uint32_t qpn, uint32_t psn, size_t n, int seed, int src,
+		     int bad)
+{
+	struct pkt p;
+
+	bth(&p, SEND_ONLY, qpn, psn, 1);
+	fill(p.b + p.len, n, seed);
+	p.len += n;
+	return send_pkt(w, &p, src, bad);
+}
+
+/* Expects an ACK-class packet (opcode op) with syndrome syn and psn within ms. */
+#define EXPECT_ACK(w, op, syn, psn) do {					\
+	struct pkt _a;								\
+	ASSERT_LT(0, recv_pkt(w, &_a, 3000)) TH_LOG("no answer");		\
+	EXPECT_EQ(op, _a.b[0]);							\
+	EXPECT_EQ(syn, _a.b[12]) TH_LOG("syndrome 0x%x", _a.b[12]);		\
+	EXPECT_EQ((uint32_t)(psn), pkt_psn(&_a));				\
+	EXPECT_EQ((uint32_t)PEER_QPN, get24(_a.b + 5));				\
+} while (0)
+
+#define ACK_SYN 0x1f
+
+TEST_F(wire, send_is_received_and_acknowledged)
+{
+	struct ibv_wc wc;
+	uint8_t want[64];
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 256, self->mr->lkey, 7));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 64, 3, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(IBV_WC_RECV, wc.opcode);
+	EXPECT_EQ(7, wc.wr_id);
+	EXPECT_EQ(64, wc.byte_len);
+	EXPECT_EQ((uint32_t)PEER_QPN, wc.src_qp);
+	fill(want, 64, 3);
+	EXPECT_EQ(0, memcmp(want, self->buf, 64));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+}
+
+TEST_F(wire, send_of_two_packets_is_received_in_order)
+{
+	struct ibv_wc wc;
+	struct pkt p;
+	uint8_t want[MTU + 100];
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 4096, self->mr->lkey, 1));
+	fill(want, sizeof(want), 9);
+	bth(&p, SEND_FIRST, self->qp->qp_num, 0, 0);
+	add(&p, want, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, SEND_LAST, self->qp->qp_num, 1, 1);
+	add(&p, want + MTU, 100);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(MTU + 100, wc.byte_len);
+	EXPECT_EQ(0, memcmp(want, self->buf, sizeof(want)));
+	/* Only the packet that asked is acknowledged. */
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 1);
+}
+
+TEST_F(wire, bad_icrc_is_dropped_and_counted)
+{
+	struct ibv_wc wc;
+	long dropped = cnt("rcvd_dropped_pkts");
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 256, self->mr->lkey, 1));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, PEER_IP, 1));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 500));
+	EXPECT_EQ(dropped + 1, cnt("rcvd_dropped_pkts"));
+	/* Nothing changed: the same packet with its right ICRC is taken. */
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+}
+
+TEST_F(wire, stranger_is_dropped_and_counted)
+{
+	struct ibv_wc wc;
+	long peer_err = cnt("rcvd_peer_err"), dropped = cnt("rcvd_dropped_pkts");
+	struct pkt a;
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 256, self->mr->lkey, 1));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, STRANGER_IP, 0));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 500));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a stranger got an answer");
+	EXPECT_EQ(peer_err + 1, cnt("rcvd_peer_err"));
+	EXPECT_EQ(dropped + 1, cnt("rcvd_dropped_pkts"));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+}
+
+TEST_F(wire, psn_gap_gets_one_sequence_nak)
+{
+	struct ibv_wc wc;
+	struct pkt a;
+	long oos = cnt("out_of_seq_request");
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 256, self->mr->lkey, 1));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 2, 32, 1, PEER_IP, 0));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 3, 32, 1, PEER_IP, 0));
+	/* NAK, PSN sequence error, for the expected PSN. */
+	EXPECT_ACK(&self->w, ACK, 0x60, 0);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a second NAK for one gap");
+	EXPECT_EQ(0, poll1(self->cq, &wc, 100));
+	EXPECT_EQ(oos + 2, cnt("out_of_seq_request"));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+}
+
+TEST_F(wire, duplicate_is_acknowledged_and_delivered_once)
+{
+	struct ibv_wc wc;
+	long dup = cnt("duplicate_request");
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 256, self->mr->lkey, 1));
+	ASSERT_EQ(0, post_recv(self->qp, self->buf + 256, 256, self->mr->lkey, 2));
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+	ASSERT_EQ(1, poll1(self->cq, &wc, 1000));
+	EXPECT_EQ(1, wc.wr_id);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300)) TH_LOG("the duplicate was delivered");
+	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
+}
+
+TEST_F(wire, write_read_and_atomic_are_served)
+{
+	uint64_t va = (uintptr_t)self->buf;
+	uint32_t rkey = self->mr->rkey;
+	uint8_t data[32], h[28];
+	struct pkt p, a;
+	long dup = cnt("duplicate_request");
+
+	fill(data, sizeof(data), 5);
+	bth(&p, WRITE_ONLY, self->qp->qp_num, 0, 1);
+	reth(&p, va + 100, rkey, sizeof(data));
+	add(&p, data, sizeof(data));
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+	EXPECT_EQ(0, memcmp(data, self->buf + 100, sizeof(data)));
+
+	/* A READ of MTU + 500 bytes: two response packets, PSNs 1 and 2. */
+	fill(self->buf + 4096, MTU + 500, 8);
+	bth(&p, READ_REQ, self->qp->qp_num, 1, 1);
+	reth(&p, va + 4096, rkey, MTU + 500);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(READ_RESP_FIRST, a.b[0]);
+	EXPECT_EQ(1, pkt_psn(&a));
+	EXPECT_EQ(12 + 4 + MTU, a.len);
+	EXPECT_EQ(0, memcmp(a.b + 16, self->buf + 4096, MTU));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(READ_RESP_LAST, a.b[0]);
+	EXPECT_EQ(2, pkt_psn(&a));
+	EXPECT_EQ(12 + 4 + 500, a.len);
+	EXPECT_EQ(0, memcmp(a.b + 16, self->buf + 4096 + MTU, 500));
+
+	/* FETCH_ADD at PSN 3, then its duplicate: answered from the cache, added once. */
+	*(uint64_t *)(self->buf + 64) = 40;
+	for (int i = 0; i < 2; i++) {
+		bth(&p, FETCH_ADD, self->qp->qp_num, 3, 1);
+		put64(h, va + 64);
+		put32(h + 8, rkey);
+		put64(h + 12, 2);
+		put64(h + 20, 0);
+		add(&p, h, 28);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+		EXPECT_EQ(ATOMIC_ACK, a.b[0]);
+		EXPECT_EQ(3, pkt_psn(&a));
+		EXPECT_EQ(40, get64(a.b + 16));
+	}
+	EXPECT_EQ(42, *(uint64_t *)(self->buf + 64));
+	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
+}
+
+TEST_F(wire, write_beyond_the_mr_gets_access_nak_and_errors_qp)
+{
+	uint8_t data[32] = { 0 };
+	struct pkt p;
+
+	bth(&p, WRITE_ONLY, self->qp->qp_num, 0, 1);
+	reth(&p, (uintptr_t)self->buf + BUF_LEN - 8, self->mr->rkey, sizeof(data));
+	add(&p, data, sizeof(data));
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	/* NAK, remote access error. */
+	EXPECT_ACK(&self->w, ACK, 0x62, 0);
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+}
+
+TEST_F(wire, packet_out_of_message_order_gets_invalid_request_nak)
+{
+	uint8_t data[MTU] = { 0 };
+	struct pkt p;
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 4096, self->mr->lkey, 1));
+	bth(&p, SEND_MIDDLE, self->qp->qp_num, 0, 1);
+	add(&p, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x61, 0);
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+}
+
+TEST_F(wire, answers_nobody_asked_for_are_dropped)
+{
+	uint8_t data[64] = { 0 };
+	long dropped = cnt("rcvd_dropped_pkts");
+	struct ibv_wc wc;
+	struct pkt p;
+
+	bth(&p, ACK, self->qp->qp_num, 0, 0);
+	aeth(&p, ACK_SYN, 1);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, READ_RESP_ONLY, self->qp->qp_num, 0, 0);
+	aeth(&p, ACK_SYN, 1);
+	add(&p, data, sizeof(data));
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	usleep(300000);
+	EXPECT_EQ(dropped + 2, cnt("rcvd_dropped_pkts"));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 100));
+	EXPECT_EQ(IBV_QPS_RTS, qp_state(self->qp));
+}
+
+/* Reads the requester's next packet, expecting op at psn. */
+#define EXPECT_REQ(w, a, op, psn) do {						\
+	ASSERT_LT(0, recv_pkt(w, a, 3000)) TH_LOG("nothing sent");		\
+	EXPECT_EQ(op, (a)->b[0]);						\
+	EXPECT_EQ((uint32_t)(psn), pkt_psn(a));					\
+	EXPECT_EQ((uint32_t)PEER_QPN, get24((a)->b + 5));			\
+} while (0)
+
+static int answer(struct wire *w, uint32_t qpn, uint8_t syndrome, uint32_t psn)
+{
+	struct pkt p;
+
+	bth(&p, ACK, qpn, psn, 0);
+	aeth(&p, syndrome, 1);
+	return send_pkt(w, &p, PEER_IP, 0);
+}
+
+TEST_F(wire, requester_sends_packets_and_completes_on_ack)
+{
+	struct ibv_wc wc;
+	struct pkt a;
+	uint32_t q = self->qp->qp_num;
+
+	fill(self->buf, MTU + 200, 4);
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, MTU + 200, self->mr->lkey, 0, 0,
+			       0, 11));
+	EXPECT_REQ(&self->w, &a, SEND_FIRST, 0);
+	EXPECT_EQ(12 + MTU, a.len);
+	EXPECT_EQ(0, memcmp(a.b + 12, self->buf, MTU));
+	EXPECT_EQ(0, a.b[8] & 0x80);
+	EXPECT_REQ(&self->w, &a, SEND_LAST, 1);
+	EXPECT_EQ(12 + 200, a.len);
+	EXPECT_EQ(0x80, a.b[8] & 0x80);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 100));
+	/* An RNR NAK: sent again after the timer, no transport retry counted. */
+	long retries = cnt("completer_retry_err"), rnr = cnt("rcvd_rnr_err");
+
+	ASSERT_EQ(0, answer(&self->w, q, 0x20 | 1, 1));
+	EXPECT_REQ(&self->w, &a, SEND_FIRST, 0);
+	EXPECT_REQ(&self->w, &a, SEND_LAST, 1);
+	/* A PSN sequence NAK: sent again at once. */
+	ASSERT_EQ(0, answer(&self->w, q, 0x60, 0));
+	EXPECT_REQ(&self->w, &a, SEND_FIRST, 0);
+	EXPECT_REQ(&self->w, &a, SEND_LAST, 1);
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 1));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(11, wc.wr_id);
+	EXPECT_EQ(retries, cnt("completer_retry_err"));
+	EXPECT_EQ(rnr + 1, cnt("rcvd_rnr_err"));
+	/* The next message takes the next PSNs. */
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, self->mr->lkey, 0, 0, 0, 12));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 2);
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 2));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(12, wc.wr_id);
+}
+
+TEST_F(wire, requester_without_answer_retries_and_fails)
+{
+	struct rc_opts o = rc_default;
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	long retries = cnt("completer_retry_err"), exceeded = cnt("retry_exceeded_err");
+	struct ibv_wc wc;
+	struct pkt a;
+
+	/* timeout 10: 4 ms; two retries. */
+	o.timeout = 10;
+	o.retry_cnt = 2;
+	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
+	ASSERT_EQ(0, connect_peer(self, &o));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_WRITE, self->buf, 16, self->mr->lkey, 0x1000,
+			       0x55, 0, 3));
+	for (int i = 0; i < 3; i++)
+		EXPECT_REQ(&self->w, &a, WRITE_ONLY, 0);
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_RETRY_EXC_ERR, wc.status);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 200)) TH_LOG("sent after failing");
+	EXPECT_EQ(retries + 2, cnt("completer_retry_err"));
+	EXPECT_EQ(exceeded + 1, cnt("retry_exceeded_err"));
+}
+
+TEST_F(wire, requester_read_lands_in_place)
+{
+	struct ibv_wc wc;
+	struct pkt p, a;
+	uint8_t data[MTU + 300];
+	uint32_t q = self->qp->qp_num;
+
+	fill(data, sizeof(data), 6);
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_READ, self->buf + 8192, sizeof(data),
+			       self->mr->lkey, 0x7000, 0x99, 0, 21));
+	EXPECT_REQ(&self->w, &a, READ_REQ, 0);
+	EXPECT_EQ(0x7000, get64(a.b + 12));
+	EXPECT_EQ(sizeof(data), get24(a.b + 25));
+	/* A response out of order is not taken; in order, it is. */
+	bth(&p, READ_RESP_LAST, q, 1, 0);
+	aeth(&p, ACK_SYN, 1);
+	add(&p, data + MTU, 300);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, READ_RESP_FIRST, q, 0, 0);
+	aeth(&p, ACK_SYN, 1);
+	add(&p, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
+	bth(&p, READ_RESP_LAST, q, 1, 0);
+	aeth(&p, ACK_SYN, 1);
+	add(&p, data + MTU, 300);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(IBV_WC_RDMA_READ, wc.opcode);
+	EXPECT_EQ(0, memcmp(data, self->buf + 8192, sizeof(data)));
+}
+
+TEST_HARNESS_MAIN
