@@ -282,6 +282,20 @@ static int connect_peer(struct _test_data_wire *self, const struct rc_opts *o)
 	return rc_connect(self->qp, &self->d, PEER_QPN, &self->peer, o);
 }
 
+/*
+ * The fixture's QP: rc_default with timeout 20 (4.3 s), so that under TCG the retransmission
+ * timer never fires while a test takes its time to answer (67 ms would resend, and a READ
+ * would forget the response packets taken so far).
+ */
+static const struct rc_opts *wire_opts(void)
+{
+	static struct rc_opts o;
+
+	o = rc_default;
+	o.timeout = 20;
+	return &o;
+}
+
 FIXTURE_SETUP(wire)
 {
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
@@ -300,7 +314,7 @@ FIXTURE_SETUP(wire)
 	memset(&self->peer, 0, sizeof(self->peer));
 	self->peer.raw[10] = self->peer.raw[11] = 0xff;
 	self->peer.raw[12] = 10, self->peer.raw[15] = PEER_IP;
-	ASSERT_EQ(0, connect_peer(self, &rc_default));
+	ASSERT_EQ(0, connect_peer(self, wire_opts()));
 	ASSERT_EQ(0, wire_open(&self->w));
 }
 
@@ -615,7 +629,7 @@ TEST_F(wire, requester_sends_packets_and_completes_on_ack)
 
 TEST_F(wire, requester_without_answer_retries_and_fails)
 {
-	struct rc_opts o = rc_default;
+	struct rc_opts o = *wire_opts();
 	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
 	long retries = cnt("completer_retry_err"), exceeded = cnt("retry_exceeded_err");
 	struct ibv_wc wc;
