@@ -717,6 +717,12 @@ impl Qp {
         attr.cur_qp_state = Some(st);
         attr.cap = self.init.cap;
         attr.sq_draining = false;
+        if self.init.qp_type == QpType::Rc {
+            // The PSNs now: those of the transport to a peer on another host, which moves
+            // them on (a peer on this host leaves them where `modify` put them).
+            attr.sq_psn = self.shared.sq.lock().wire.next_psn();
+            attr.rq_psn = self.shared.rq.lock().wire.epsn();
+        }
         (attr, self.init)
     }
 

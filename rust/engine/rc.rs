@@ -83,6 +83,11 @@ impl Requester {
         }
     }
 
+    /// The PSN of the next new packet (`sq_psn` as `ibv_query_qp` shows it, as rxe does).
+    pub(crate) fn next_psn(&self) -> u32 {
+        self.next_psn.get()
+    }
+
     /// Forgets the message in flight (flush, reset).
     pub(crate) fn forget(&mut self) {
         self.inflight = None;
@@ -545,6 +550,11 @@ impl Responder {
             epsn: Psn::new(psn),
             ..Default::default()
         }
+    }
+
+    /// The PSN expected next (`rq_psn` as `ibv_query_qp` shows it).
+    pub(crate) fn epsn(&self) -> u32 {
+        self.epsn.get()
     }
 }
 

@@ -103,6 +103,33 @@ rping_role() {
 	esac
 }
 
+# lossy ROLE ARGS...: ROLE over a bad link. netem on this guest's NIC (both guests run it)
+# drops 2 % of the packets it sends, duplicates 1 %, delays them by 2 ms and sends every fourth
+# at once, ahead of the delayed ones; afterwards the qdisc's counts (dropped, duplicated) and
+# the RDMA device's counters show what the transport had to mend.
+lossy() {
+	lside=$1 lfn=$2
+	shift 2
+	[ "$lside" = ready ] && { $lfn ready "$@"; return; }
+	tc qdisc replace dev "$nic" root netem loss 2% duplicate 1% delay 2ms reorder 25% 50% ||
+		return 1
+	$lfn "$lside" "$@" &
+	lpid=$!
+	# A program still running after 100 s is stuck: its QPs' state (the PSNs each side is
+	# at) goes to the log before run's time limit ends it.
+	for i in $(seq 500); do
+		kill -0 $lpid 2>/dev/null || break
+		sleep 0.2
+	done
+	kill -0 $lpid 2>/dev/null && rdma -dd resource show qp
+	lrc=0
+	wait $lpid || lrc=$?
+	tc -s qdisc show dev "$nic"
+	tc qdisc del dev "$nic" root
+	rdma statistic show link "$dev/1"
+	return $lrc
+}
+
 # case2 NAME DRIVER_A DRIVER_B ROLE ARGS...: one case, named "NAME DRIVER_A-DRIVER_B".
 n=0 planned=0 lost=0
 case2() {
@@ -207,6 +234,11 @@ cases() {
 	case2 "ib_atomic_lat" rodp rxe perf ib_atomic_lat -n 5
 	case2 "ib_atomic_lat" rxe rodp perf ib_atomic_lat -n 5
 	case2 "ib_write_lat 8K" rodp rodp perf ib_write_lat -n 5 -s 8192
+	# A bad link (lossy): 2 % loss, 1 % duplicates, reordering, delay, rodp at both ends.
+	# ibv_rc_pingpong -c checks every received buffer; rping -V every ping (SEND, READ,
+	# WRITE).
+	case2 "lossy ibv_rc_pingpong 16K" rodp rodp lossy verbs ibv_rc_pingpong -n 20 -s 16384 -c
+	case2 "lossy rping 10" rodp rodp lossy rping_role -C 10 -S 8192
 }
 
 # The first barrier waits for the other guest to boot.
