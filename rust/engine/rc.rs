@@ -10,7 +10,9 @@
 //! [`Answer`] (a READ's data goes into a buffer there: the inbox never touches a requester's
 //! memory, which may need a fault) and schedules the requester, which completes the WQE on its
 //! own worker. No answer within the retransmission timer sends the message again, `retry_cnt`
-//! times; an RNR NAK waits for the peer's RNR timer, `rnr_retry` times (7: for ever); a PSN
+//! times; a READ whose response packets still arrive when the timer fires waits on (as rxe, whose
+//! completer restarts the timer with every packet), and a READ sent again asks only for what is
+//! missing, from the first response packet not received (IBTA 9.7.5.1.1); an RNR NAK waits for the peer's RNR timer, `rnr_retry` times (7: for ever); a PSN
 //! sequence NAK sends it again at once; any other NAK completes the WQE with the matching
 //! error.
 //!
@@ -145,6 +147,8 @@ enum Outcome {
 pub(crate) struct Answer {
     expect: Option<Expect>,
     outcome: Option<Outcome>,
+    /// A READ response packet was taken since the message was sent or the timer last fired.
+    progress: bool,
 }
 
 impl Answer {
@@ -152,6 +156,7 @@ impl Answer {
     pub(crate) fn forget(&mut self) {
         self.expect = None;
         self.outcome = None;
+        self.progress = false;
     }
 }
 
@@ -161,6 +166,8 @@ pub(super) enum Step {
     Reply(Reply),
     /// Sent (or sent again): wait for the answer under the retransmission timer.
     Exec(Exec),
+    /// Nothing sent: the answer is still arriving, the retransmission timer runs again.
+    Waiting,
     /// Failed locally (the requester's own memory) or ran out of retries.
     Done(WcStatus),
 }
@@ -250,6 +257,7 @@ fn advance(
         }
         Some(Outcome::Resend) => resend(qp, a, sgid, m, mtu, f),
         None if timer_running => Step::Exec(Exec::Pending),
+        None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
         None => {
             if !core::mem::take(&mut st.after_rnr) {
                 // The retransmission timer expired.
@@ -311,8 +319,31 @@ fn start(
             want: if kind == Awaited::Read { len } else { 0 },
         }),
         outcome: None,
+        progress: false,
     };
     resend(qp, a, sgid, m, mtu, f)
+}
+
+/// What of `f` to ask for (again) and expects the answer to it in `e`: a READ whose first
+/// response packets arrived asks for the rest, from the first packet missing (the peer sends
+/// it from that PSN, as IBTA 9.7.5.1.1 allows, rxe too); anything else is sent whole.
+fn rest(e: &mut Expect, f: InFlight, mtu: Mtu) -> InFlight {
+    let got = e.buf.len();
+    if e.kind == Awaited::Read && got > 0 && got < f.len {
+        let len = f.len - got;
+        let npkts = mtu.packets(len as u64) as u32;
+        e.last = e.next.add(npkts - 1);
+        return InFlight {
+            first: e.next,
+            npkts,
+            off: f.off + got,
+            len,
+        };
+    }
+    e.next = e.first;
+    e.last = f.first.add(f.npkts - 1);
+    e.buf.clear();
+    f
 }
 
 /// Sends the packets of `f` (again); what goes wrong on the way is a lost packet.
@@ -324,14 +355,15 @@ fn resend(
     mtu: Mtu,
     f: InFlight,
 ) -> Step {
-    {
+    let f = {
         let mut ans = qp.answer.lock();
         ans.outcome = None;
-        if let Some(e) = ans.expect.as_mut() {
-            e.next = e.first;
-            e.buf.clear();
+        ans.progress = false;
+        match ans.expect.as_mut() {
+            Some(e) => rest(e, f, mtu),
+            None => f,
         }
-    }
+    };
     let Some(tx) = peer_tx(qp, a, sgid) else {
         return Step::Exec(Exec::Sent);
     };
@@ -493,12 +525,18 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
     let psn = p.hdr.bth.psn;
     let taken = {
         let mut ans = qp.answer.lock();
-        let Answer { expect, outcome } = &mut *ans;
+        let Answer {
+            expect,
+            outcome,
+            progress,
+        } = &mut *ans;
         match expect.as_mut() {
             Some(e) if outcome.is_none() && e.peer == *from => {
                 let o = answer(e, p, psn);
-                if let Some(Some(o)) = o {
-                    *outcome = Some(o);
+                match o {
+                    Some(Some(o)) => *outcome = Some(o),
+                    Some(None) => *progress = true,
+                    None => {}
                 }
                 o
             }
@@ -1086,6 +1124,56 @@ mod tests {
         let mut e = expect(Awaited::Read, 5, 5, 100);
         assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_ONLY, 5, ack, &first).is_none());
         assert_eq!(e.buf.len(), 0);
+    }
+
+    #[test]
+    fn a_read_sent_again_asks_only_for_what_is_missing() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let mtu = Mtu::Mtu256;
+        // 700 bytes at PSNs 5..=7, going to offset 64 KiB of the WQE's data.
+        let f = InFlight {
+            first: Psn::new(5),
+            npkts: 3,
+            off: 64 << 10,
+            len: 700,
+        };
+        let mut e = expect(Awaited::Read, 5, 7, 700);
+        // Nothing arrived: all of it again.
+        let r = rest(&mut e, f, mtu);
+        assert!(r.first == Psn::new(5) && r.npkts == 3 && r.off == f.off && r.len == 700);
+        let one = [3u8; 256];
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &one),
+            Some(None)
+        ));
+        // The first packet arrived: the rest from PSN 6, and it completes at PSN 7.
+        let r = rest(&mut e, f, mtu);
+        assert!(r.first == Psn::new(6) && r.npkts == 2);
+        assert_eq!((r.off, r.len), (f.off + 256, 444));
+        assert!(e.last == Psn::new(7) && e.buf.len() == 256);
+        let two = [4u8; 256];
+        let three = [5u8; 188];
+        assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 6, ack, &two).is_some());
+        assert!(is_ack(feed(
+            &mut e,
+            Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            7,
+            ack,
+            &three
+        )));
+        assert_eq!((e.buf[255], e.buf[256], e.buf[699]), (3, 4, 5));
+        // A peer that sent short packets: the last PSN follows what is still missing.
+        let mut e = expect(Awaited::Read, 5, 7, 700);
+        let short = [6u8; 100];
+        assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &short).is_some());
+        let r = rest(&mut e, f, mtu);
+        assert!(r.first == Psn::new(6) && r.npkts == 3 && r.len == 600);
+        assert!(e.last == Psn::new(8));
+        // Anything else is sent whole, expected from its first PSN.
+        let mut e = expect(Awaited::Ack, 5, 7, 0);
+        e.next = Psn::new(7);
+        let r = rest(&mut e, f, mtu);
+        assert!(r.first == Psn::new(5) && r.len == 700 && e.next == Psn::new(5));
     }
 
     #[test]

@@ -365,6 +365,7 @@ fn execute(
                         }
                         e
                     }
+                    rc::Step::Waiting => Exec::Sent,
                     rc::Step::Done(s) => Exec::Done(s, 0),
                 };
             }
