@@ -346,7 +346,7 @@ impl Qp {
         mut udata: Option<&mut Udata<'_>>,
     ) -> Result<(Self, u32)> {
         match init.qp_type {
-            QpType::Rc | QpType::Ud => {}
+            QpType::Rc | QpType::Uc | QpType::Ud => {}
             QpType::Gsi if ctx.is_none() => {}
             _ => return Err(EOPNOTSUPP),
         }
@@ -717,7 +717,7 @@ impl Qp {
         attr.cur_qp_state = Some(st);
         attr.cap = self.init.cap;
         attr.sq_draining = false;
-        if self.init.qp_type == QpType::Rc {
+        if matches!(self.init.qp_type, QpType::Rc | QpType::Uc) {
             // The PSNs now: those of the transport to a peer on another host, which moves
             // them on (a peer on this host leaves them where `modify` put them).
             attr.sq_psn = self.shared.sq.lock().wire.next_psn();

@@ -40,14 +40,6 @@ FIXTURE_TEARDOWN(rc)
 
 #define A 0
 #define B 1
-#define EXPECT_WC(cq, status_, opcode_, id_) do {				\
-	struct ibv_wc wc_;							\
-	ASSERT_EQ(1, poll1(cq, &wc_, 10000));					\
-	EXPECT_EQ(status_, wc_.status);					\
-	if ((status_) == IBV_WC_SUCCESS)					\
-		EXPECT_EQ(opcode_, wc_.opcode);				\
-	EXPECT_EQ(id_, wc_.wr_id);						\
-} while (0)
 
 TEST_F(rc, send_recv_data)
 {

@@ -184,11 +184,15 @@ TEST_F(obj, qp_creation_rules)
 	a.cap.max_inline_data = 513;
 	EXPECT_EQ(NULL, ibv_create_qp(self->d.pd, &a));
 	a.cap.max_inline_data = 0;
-	/* UC is not implemented, and says so. */
-	a.qp_type = IBV_QPT_UC;
+	/* Raw packet QPs are not implemented, and say so; UC QPs are. */
+	a.qp_type = IBV_QPT_RAW_PACKET;
 	errno = 0;
 	EXPECT_EQ(NULL, ibv_create_qp(self->d.pd, &a));
 	EXPECT_EQ(EOPNOTSUPP, errno);
+	a.qp_type = IBV_QPT_UC;
+	qp = ibv_create_qp(self->d.pd, &a);
+	ASSERT_NE(NULL, qp);
+	EXPECT_EQ(0, ibv_destroy_qp(qp));
 	a.qp_type = IBV_QPT_RC;
 	qp = ibv_create_qp(self->d.pd, &a);
 	ASSERT_NE(NULL, qp);

@@ -68,6 +68,7 @@ static inline struct ibv_qp *make_qp(struct dev *d, struct ibv_cq *scq, struct i
 struct rc_opts {
 	int access;		/* qp_access_flags of the responder */
 	uint8_t rnr_retry, min_rnr_timer, timeout, retry_cnt, rd_atomic;
+	uint8_t uc;		/* rc_pair_open makes UC QPs (rc_connect ignores the RC fields) */
 };
 
 static const struct rc_opts rc_default = {
@@ -75,12 +76,13 @@ static const struct rc_opts rc_default = {
 	.retry_cnt = 7, .rd_atomic = 4,
 };
 
-/* RESET -> INIT -> RTR -> RTS, connected to dqpn at dgid. */
+/* RESET -> INIT -> RTR -> RTS, connected to dqpn at dgid; a UC QP takes only UC's attributes. */
 static inline int rc_connect(struct ibv_qp *qp, struct dev *d, uint32_t dqpn,
 			     const union ibv_gid *dgid, const struct rc_opts *o)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
 				 .qp_access_flags = o->access };
+	int uc = qp->qp_type == IBV_QPT_UC;
 	int ret;
 
 	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
@@ -99,12 +101,14 @@ static inline int rc_connect(struct ibv_qp *qp, struct dev *d, uint32_t dqpn,
 	a.ah_attr.grh.hop_limit = 1;
 	a.ah_attr.port_num = 1;
 	ret = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-			    IBV_QP_MIN_RNR_TIMER);
+			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			    (uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
 	if (ret)
 		return ret;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
+	if (uc)
+		return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
 	a.timeout = o->timeout;
 	a.retry_cnt = o->retry_cnt;
 	a.rnr_retry = o->rnr_retry;
@@ -228,6 +232,19 @@ static inline int poll1(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 	return 0;
 }
 
+/*
+ * In a kselftest_harness test: expects one completion in cq within 10 s with status_, its
+ * opcode_ when successful, and wr_id id_.
+ */
+#define EXPECT_WC(cq, status_, opcode_, id_) do {				\
+	struct ibv_wc wc_;							\
+	ASSERT_EQ(1, poll1(cq, &wc_, 10000));					\
+	EXPECT_EQ(status_, wc_.status);					\
+	if ((status_) == IBV_WC_SUCCESS)					\
+		EXPECT_EQ(opcode_, wc_.opcode);				\
+	EXPECT_EQ(id_, wc_.wr_id);						\
+} while (0)
+
 static inline void fill(void *buf, size_t len, unsigned int seed)
 {
 	unsigned char *p = buf;
@@ -297,7 +314,8 @@ static inline int rc_pair_open(struct rc_pair *p, struct dev *d, struct ibv_pd *
 			what = "ibv_reg_mr";
 		else if (!(p->cq[i] = ibv_create_cq(d->ctx, RC_PAIR_CQE, NULL, NULL, 0)))
 			what = "ibv_create_cq";
-		else if (!(p->qp[i] = make_qp(&in_pd, p->cq[i], p->cq[i], IBV_QPT_RC, NULL)))
+		else if (!(p->qp[i] = make_qp(&in_pd, p->cq[i], p->cq[i],
+					       o->uc ? IBV_QPT_UC : IBV_QPT_RC, NULL)))
 			what = "ibv_create_qp";
 	}
 	for (int i = 0; i < 2 && !what; i++)

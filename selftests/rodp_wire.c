@@ -287,6 +287,11 @@ static int connect_peer(struct _test_data_wire *self, const struct rc_opts *o)
 	return rc_connect(self->qp, &self->d, PEER_QPN, &self->peer, o);
 }
 
+static int connect_peer_qp(struct _test_data_wire *self, struct ibv_qp *qp)
+{
+	return rc_connect(qp, &self->d, PEER_QPN, &self->peer, &rc_default);
+}
+
 /*
  * The fixture's QP: rc_default with timeout 20 (4.3 s, which rodp caps at 2 s), so that under
  * TCG the retransmission timer does not fire while a test takes its time to answer (67 ms
@@ -1026,6 +1031,104 @@ TEST_F(wire, ten_thousand_mutated_packets_leave_the_qp_working)
 	fill(want, 64, 5);
 	EXPECT_EQ(0, memcmp(want, self->buf, 64));
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+}
+
+/* A UC QP of the fixture's device connected to the fake peer (its own CQ and QP numbers). */
+static struct ibv_qp *uc_qp(struct _test_data_wire *self)
+{
+	struct ibv_qp *qp = make_qp(&self->d, self->cq, self->cq, IBV_QPT_UC, NULL);
+
+	if (qp && connect_peer_qp(self, qp)) {
+		ibv_destroy_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
+/*
+ * UC responder: a message whose packets come in step arrives; one with a packet missing is
+ * dropped whole, and the first packet of a later message starts afresh at its own PSN, with
+ * the receive WQE the lost message had taken. Nothing is ever answered.
+ */
+TEST_F(wire, uc_responder_takes_messages_in_step_and_drops_the_rest)
+{
+	uint8_t data[MTU + 100];
+	struct ibv_wc wc;
+	struct ibv_qp *qp = uc_qp(self);
+	struct pkt p, a;
+	uint32_t q;
+
+	ASSERT_NE(NULL, qp);
+	q = qp->qp_num;
+	for (int i = 1; i <= 3; i++)
+		ASSERT_EQ(0, post_recv(qp, self->buf + i * 4096, 4096, self->mr->lkey, i));
+	fill(data, sizeof(data), 11);
+	bth(&p, 0x20, q, 0, 0); /* UC SEND_FIRST */
+	add(&p, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, 0x22, q, 1, 0); /* UC SEND_LAST */
+	add(&p, data + MTU, 100);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(1, wc.wr_id);
+	EXPECT_EQ(MTU + 100, wc.byte_len);
+	EXPECT_EQ(0, memcmp(data, self->buf + 4096, sizeof(data)));
+	/* PSN 3 (a SEND_MIDDLE) is lost: the message is dropped. */
+	bth(&p, 0x20, q, 2, 0);
+	add(&p, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, 0x22, q, 4, 0);
+	add(&p, data + MTU, 100);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
+	/* A SEND_ONLY far ahead starts afresh, into the receive the lost message had taken. */
+	bth(&p, 0x24, q, 9, 0);
+	add(&p, data + 7, 50);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(2, wc.wr_id);
+	EXPECT_EQ(50, wc.byte_len);
+	EXPECT_EQ(0, memcmp(data + 7, self->buf + 2 * 4096, 50));
+	EXPECT_EQ(10, qp_psn(qp, IBV_QP_RQ_PSN));
+	/* A UC WRITE_ONLY with a bad key is dropped; the QP goes on. */
+	bth(&p, 0x2a, q, 10, 0);
+	reth(&p, (uintptr_t)self->buf, self->mr->rkey ^ 0x100, 16);
+	add(&p, data, 16);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a UC responder answered");
+	EXPECT_EQ(IBV_QPS_RTS, qp_state(qp));
+	ibv_destroy_qp(qp);
+}
+
+/* UC requester: the packets of a message, no acknowledgement asked, and done at once. */
+TEST_F(wire, uc_requester_sends_and_completes_without_answers)
+{
+	struct ibv_qp *qp = uc_qp(self);
+	struct ibv_wc wc;
+	struct pkt a;
+
+	ASSERT_NE(NULL, qp);
+	fill(self->buf, MTU + 200, 12);
+	ASSERT_EQ(0, post_send(qp, IBV_WR_SEND, self->buf, MTU + 200, self->mr->lkey, 0, 0, 0, 5));
+	EXPECT_REQ(&self->w, &a, 0x20, 0);
+	EXPECT_EQ(0, a.b[8] & 0x80);
+	EXPECT_EQ(0, memcmp(a.b + 12, self->buf, MTU));
+	EXPECT_REQ(&self->w, &a, 0x22, 1);
+	EXPECT_EQ(0, a.b[8] & 0x80);
+	EXPECT_EQ(12 + 200, a.len);
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(5, wc.wr_id);
+	EXPECT_EQ(2, qp_psn(qp, IBV_QP_SQ_PSN));
+	/* A WRITE with immediate data: one packet, UC RDMA_WRITE_ONLY_WITH_IMMEDIATE. */
+	ASSERT_EQ(0, post_send(qp, IBV_WR_RDMA_WRITE_WITH_IMM, self->buf, 64, self->mr->lkey,
+			       0x1000, 0x77, 0, 6));
+	EXPECT_REQ(&self->w, &a, 0x2b, 2);
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ibv_destroy_qp(qp);
 }
 
 TEST_HARNESS_MAIN

@@ -44,7 +44,7 @@ use super::{
 use crate::{
     ib::{
         umem::AtomicOp,
-        verbs::{QpAttr, WcStatus, WrOpcode},
+        verbs::{QpAttr, QpType, WcStatus, WrOpcode},
     },
     odp::Faults,
     qp::QpShared,
@@ -364,7 +364,50 @@ fn resend(
             None => f,
         }
     };
-    let Some(tx) = Tx::new(
+    let Some(tx) = peer_tx(qp, a, sgid) else {
+        return Step::Exec(Exec::Sent);
+    };
+    match transmit(qp, &tx, m, mtu, f, Service::Rc) {
+        Err(wire::NotSent::Local) => {
+            qp.answer.lock().forget();
+            Step::Done(WcStatus::LocProtErr)
+        }
+        _ => Step::Exec(Exec::Sent),
+    }
+}
+
+/// The requester of a UC QP whose peer is on another host: sends the message `m` as packets
+/// of the path MTU with the next PSNs and is done (UC has no answers: a lost packet loses the
+/// message, which the responder drops). Only the local side can fail it: its own memory.
+pub(super) fn send_unacked(
+    qp: &QpShared,
+    st: &mut Requester,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+) -> WcStatus {
+    let Some(mtu) = Mtu::from_ib(a.path_mtu) else {
+        return WcStatus::LocQpOpErr;
+    };
+    let f = InFlight {
+        first: st.next_psn,
+        npkts: mtu.packets(m.len as u64) as u32,
+        off: 0,
+        len: m.len,
+    };
+    st.next_psn = st.next_psn.add(f.npkts);
+    let Some(tx) = peer_tx(qp, a, sgid) else {
+        return WcStatus::Success;
+    };
+    match transmit(qp, &tx, m, mtu, f, Service::Uc) {
+        Err(wire::NotSent::Local) => WcStatus::LocProtErr,
+        _ => WcStatus::Success,
+    }
+}
+
+/// The flow to the connected peer of `qp` (attributes `a`) from the GID `sgid`.
+fn peer_tx(qp: &QpShared, a: &QpAttr, sgid: &[u8; 16]) -> Option<Tx> {
+    Tx::new(
         &qp.tables,
         qp.qpn,
         sgid,
@@ -372,16 +415,7 @@ fn resend(
         a.dest_qp_num,
         a.route.hop_limit,
         a.route.traffic_class,
-    ) else {
-        return Step::Exec(Exec::Sent);
-    };
-    match transmit(qp, &tx, m, mtu, f) {
-        Err(wire::NotSent::Local) => {
-            qp.answer.lock().forget();
-            Step::Done(WcStatus::LocProtErr)
-        }
-        _ => Step::Exec(Exec::Sent),
-    }
+    )
 }
 
 /// The trailer header of the last packet of `op`.
@@ -393,13 +427,14 @@ fn trailer(op: WrOpcode) -> Ext {
     }
 }
 
-/// Builds and sends the request packets of `f`.
+/// Builds and sends the request packets of `f`, as RC or UC (`service`) packets.
 fn transmit(
     qp: &QpShared,
     tx: &Tx,
     m: &Message<'_>,
     mtu: Mtu,
     f: InFlight,
+    service: Service,
 ) -> Result<(), wire::NotSent> {
     let stats = &qp.tables.stats;
     let dest_qpn = tx.dest_qpn;
@@ -450,9 +485,10 @@ fn transmit(
             (false, true) => Position::Last,
         };
         let tr = if last { trailer(m.opcode) } else { Ext::NONE };
-        let op = Opcode::of(Service::Rc, kind, position, tr).ok_or(wire::NotSent::Local)?;
+        let op = Opcode::of(service, kind, position, tr).ok_or(wire::NotSent::Local)?;
         let mut bth = Bth::new(op, dest_qpn, f.first.add(i));
-        bth.ack_req = last;
+        // UC has no acknowledgements to ask for.
+        bth.ack_req = last && service == Service::Rc;
         bth.solicited = last && m.solicited;
         let mut h = Headers::new(bth);
         if kind == Kind::Write && i == 0 {
@@ -559,6 +595,9 @@ pub(crate) struct Responder {
     msn: u32,
     /// A PSN sequence NAK was sent for the gap at `epsn`: one is enough.
     nak_sent: bool,
+    /// UC: the message under way was lost or refused; its packets are dropped up to the first
+    /// packet of the next one.
+    dropping: bool,
     /// The message being received.
     cur: Cur,
     /// Results of the last atomics, for duplicates: PSN and original value.
@@ -588,6 +627,24 @@ impl Responder {
             epsn: Psn::new(psn),
             ..Default::default()
         }
+    }
+
+    /// UC: whether the packet at `psn` (at `position` in its message) is to be executed. A UC
+    /// responder has no answers: a packet out of step loses the message under way, whose
+    /// remaining packets are dropped, and the first packet of any later message starts afresh
+    /// at its own PSN (IBTA 9.7.5.1.2; rxe's `check_psn`).
+    fn uc_in_step(&mut self, psn: Psn, position: Position) -> bool {
+        if psn == self.epsn && !self.dropping {
+            return true;
+        }
+        self.cur = Cur::Idle;
+        if !position.starts() {
+            self.dropping = true;
+            return false;
+        }
+        self.epsn = psn;
+        self.dropping = false;
+        true
     }
 
     /// The PSN expected next (`rq_psn` as `ibv_query_qp` shows it).
@@ -633,6 +690,10 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         t.dest_qpn = rq.peer.0;
     }
     let psn = p.hdr.bth.psn;
+    let uc = qp.qp_type == QpType::Uc;
+    if uc && !rq.wire.uc_in_step(psn, p.info.position) {
+        return false;
+    }
     let d = psn.diff(rq.wire.epsn);
     if d > 0 {
         // A gap: packets were lost. One NAK asks for them.
@@ -750,15 +811,33 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         }
         Reply::Nak(_) => {
             w.cur = Cur::Idle;
+            w.dropping = uc;
             w.msn
+        }
+        // UC cannot ask again: the message is lost (a missing page is being faulted in for
+        // the next one).
+        _ if uc => {
+            w.cur = Cur::Idle;
+            w.dropping = true;
+            return false;
         }
         Reply::Rnr(_) | Reply::Wait => w.msn,
         Reply::Drop | Reply::Retry => return false,
     };
     drop(rq);
-    // Counted, and a NAK moves the QP to ERR, with no ring lock held.
+    // Counted, and a NAK moves an RC QP to ERR, with no ring lock held.
     let tx = tx.as_ref();
-    match resp::answered(qp, r) {
+    let r = resp::answered(qp, r);
+    if uc {
+        // Nothing is answered: a message refused is dropped.
+        if let Reply::Ack(_) = r {
+            qp.tables
+                .stats
+                .add(Counter::RcvdBytes, p.payload.len() as u64);
+        }
+        return matches!(r, Reply::Ack(_));
+    }
+    match r {
         Reply::Ack(orig) => {
             qp.tables
                 .stats
@@ -1106,5 +1185,31 @@ mod tests {
             feed(&mut e, Opcode::RC_ATOMIC_ACKNOWLEDGE, 40, ack, &[]),
             Some(Some(Outcome::Ack(99)))
         ));
+    }
+
+    #[test]
+    fn uc_drops_a_broken_message_and_starts_again_at_a_first_packet() {
+        let mut r = Responder::new(10);
+        assert!(r.uc_in_step(Psn::new(10), Position::First));
+        r.epsn = Psn::new(11);
+        // PSN 11 was lost: 12, a MIDDLE, and 13, the LAST, are dropped.
+        assert!(!r.uc_in_step(Psn::new(12), Position::Middle));
+        assert!(r.dropping);
+        assert!(!r.uc_in_step(Psn::new(13), Position::Last));
+        // Even a packet at the expected PSN, if it continues the broken message.
+        r.epsn = Psn::new(11);
+        assert!(!r.uc_in_step(Psn::new(11), Position::Last));
+        // The next message starts wherever its first packet is.
+        assert!(r.uc_in_step(Psn::new(20), Position::Only));
+        assert_eq!(r.epsn(), 20);
+        assert!(!r.dropping);
+        // In step again.
+        r.epsn = Psn::new(21);
+        assert!(r.uc_in_step(Psn::new(21), Position::First));
+        // Across the 24-bit wrap.
+        let mut w = Responder::new(0xff_ffff);
+        assert!(w.uc_in_step(Psn::new(0xff_ffff), Position::First));
+        w.epsn = Psn::new(0);
+        assert!(w.uc_in_step(Psn::new(0), Position::Last));
     }
 }

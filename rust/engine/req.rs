@@ -134,8 +134,8 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
     }
     let wqe = SendWqe::parse(buf);
     let op = WrOpcode::from_raw(wqe.opcode);
-    if qp.qp_type == QpType::Rc && peer.as_ref().is_none_or(|(_, g)| *g != generation) {
-        *peer = find_rc_peer(&attr.route.dgid, attr.dest_qp_num).map(|p| (p, generation));
+    if !qp.qp_type.is_ud() && peer.as_ref().is_none_or(|(_, g)| *g != generation) {
+        *peer = find_peer(&attr.route.dgid, attr.dest_qp_num, qp.qp_type).map(|p| (p, generation));
     }
     let exec = match op {
         Some(op) if op.valid_for(qp.qp_type) => execute(
@@ -156,7 +156,7 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
     comp::complete(qp, sq, &q, &wqe, op, exec)
 }
 
-/// The peer of an RC QP.
+/// The peer of a connected (RC or UC) QP.
 pub(crate) enum Peer {
     /// A QP of a device on this host: served directly.
     Local(Arc<QpShared>),
@@ -164,11 +164,12 @@ pub(crate) enum Peer {
     Remote,
 }
 
-/// The peer QP `qpn` at `dgid`; `None` when the GID is local and names no RC QP there.
-fn find_rc_peer(dgid: &[u8; 16], qpn: u32) -> Option<Peer> {
+/// The peer QP `qpn` at `dgid` of a QP of type `t`; `None` when the GID is local and names no
+/// QP of that type there.
+fn find_peer(dgid: &[u8; 16], qpn: u32, t: QpType) -> Option<Peer> {
     match Device::with_gid_owner(dgid, |dev| dev.tables.qps.get(qpn)) {
         None => Some(Peer::Remote),
-        Some(p) => p.filter(|p| p.qp_type == QpType::Rc).map(Peer::Local),
+        Some(p) => p.filter(|p| p.qp_type == t).map(Peer::Local),
     }
 }
 
@@ -333,6 +334,14 @@ fn execute(
                 msg.src_gid = *sgid;
                 p.clone()
             }
+            Some((Peer::Remote, sgid)) if qp.qp_type == QpType::Uc => {
+                msg.src_gid = *sgid;
+                let status = rc::send_unacked(qp, remote.wire, a, sgid, &msg);
+                if status == WcStatus::Success {
+                    *moved = moved.saturating_add(len);
+                }
+                return Exec::Done(status, len as u32);
+            }
             Some((Peer::Remote, sgid)) => {
                 msg.src_gid = *sgid;
                 let Remote {
@@ -360,6 +369,8 @@ fn execute(
                     rc::Step::Done(s) => Exec::Done(s, 0),
                 };
             }
+            // UC: a message to nobody is lost, and its requester never learns.
+            None if qp.qp_type == QpType::Uc => return Exec::Done(WcStatus::Success, len as u32),
             None => return Exec::NoAnswer,
         }
     };
@@ -375,6 +386,17 @@ fn execute(
 /// The completion (or retry) the answer `reply` to the WQE `op` of `len` bytes comes to;
 /// an atomic's original value goes into `segs`.
 fn finish(qp: &QpShared, op: WrOpcode, reply: Reply, segs: &[Seg], len: usize) -> Exec {
+    if qp.qp_type == QpType::Uc {
+        return match reply {
+            // The responder's own page is faulted in: the message waits for it, as RC's does
+            // (on one host nothing is lost meanwhile).
+            Reply::Wait => Exec::Wait,
+            // `deliver_mapped` answers it.
+            Reply::Retry => Exec::Done(WcStatus::LocProtErr, 0),
+            // Taken or dropped by the responder: UC has no answers.
+            _ => Exec::Done(WcStatus::Success, len as u32),
+        };
+    }
     match reply {
         Reply::Ack(orig) => {
             let byte_len = if op.is_atomic() {

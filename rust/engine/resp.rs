@@ -44,7 +44,7 @@ pub(super) fn receive(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     // rxe's `check_addr`: a connected QP hears only its peer. Checked first, so that a message
     // from anyone else changes nothing (no state, no receive, no event) and gets no answer: its
     // requester retries and ends with a retry-exceeded error, as for a lost packet.
-    if dst.qp_type == QpType::Rc && rq.peer != (m.src_qpn, m.src_gid) {
+    if !dst.qp_type.is_ud() && rq.peer != (m.src_qpn, m.src_gid) {
         drop(rq);
         dst.tables.stats.inc(Counter::RcvdPeerErr);
         return Reply::Drop;
@@ -82,12 +82,17 @@ pub(super) fn comm_established(dst: &QpShared, rq: &mut RecvSide) {
 }
 
 /// Counts the answer `r` of the responder `dst` and moves it to ERR when it is a NAK; returns
-/// `r`. Called with no ring lock held (the QP's event handler may call back).
+/// `r`. Called with no ring lock held (the QP's event handler may call back). A UC responder
+/// only drops a message it cannot take (IBTA 9.9.3, rxe's class D and E errors): its QP goes
+/// on, and its requester never learns.
 pub(super) fn answered(dst: &Arc<QpShared>, r: Reply) -> Reply {
     match r {
         Reply::Nak(_) => dst.tables.stats.inc(Counter::RcvdErr),
         Reply::Rnr(_) => dst.tables.stats.inc(Counter::SendRnrErr),
         _ => {}
+    }
+    if dst.qp_type == QpType::Uc {
+        return r;
     }
     match r {
         Reply::Nak(Nak::Access) => dst.fail(Some(Event::QpAccessErr)),
@@ -104,10 +109,11 @@ fn take_recv(dst: &QpShared, rq: &mut RecvSide) -> Result<(), Reply> {
     if dst.pop_recv(rq) {
         return Ok(());
     }
-    Err(if dst.qp_type.is_ud() {
-        Reply::Drop
-    } else {
+    // Only RC asks the requester to come back; UC and UD lose the message.
+    Err(if dst.qp_type == QpType::Rc {
         Reply::Rnr(dst.min_rnr_timer.load(Acquire) as u8)
+    } else {
+        Reply::Drop
     })
 }
 

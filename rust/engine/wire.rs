@@ -296,6 +296,8 @@ impl Inbox {
             Service::Rc if qp.qp_type != QpType::Rc => false,
             Service::Rc if p.info.is_request() => rc::request(&qp, &p, &ib.sgid, &ib.dgid),
             Service::Rc => rc::response(&qp, &p, &ib.sgid),
+            // UC has requests only (no answers exist).
+            Service::Uc if qp.qp_type == QpType::Uc => rc::request(&qp, &p, &ib.sgid, &ib.dgid),
             Service::Uc => false,
         }
     }
@@ -366,7 +368,7 @@ fn inbound(pkt: &udp::Packet<'_>) -> Option<Inbound> {
     if !icrc::check(hdr_ip, udp, datagram) {
         return None;
     }
-    if p.info.service == Service::Uc || p.payload.len() > MAX_UD_PAYLOAD {
+    if p.payload.len() > MAX_UD_PAYLOAD {
         return None;
     }
     let mut raw = KVec::with_capacity(datagram.len(), GFP_ATOMIC).ok()?;

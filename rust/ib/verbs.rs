@@ -623,11 +623,11 @@ impl WrOpcode {
     }
 
     /// Whether a QP of type `t` may post it (IBA table 90: datagrams carry sends only; UC has
-    /// no reads or atomics).
+    /// no reads or atomics, and no opcode that carries a key to invalidate).
     pub(crate) fn valid_for(self, t: QpType) -> bool {
         match t {
             QpType::Rc => true,
-            QpType::Uc => !self.is_read_like(),
+            QpType::Uc => !self.is_read_like() && self != Self::SendWithInv,
             QpType::Ud | QpType::Gsi => matches!(self, Self::Send | Self::SendWithImm),
         }
     }

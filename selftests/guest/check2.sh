@@ -225,6 +225,10 @@ cases() {
 	case2 "ibv_rc_pingpong 4096" rodp rodp verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096" rodp rxe verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096" rxe rodp verbs ibv_rc_pingpong -n 5 -s 4096
+	# UC: the same SENDs on unreliable connections (the link loses nothing).
+	case2 "ibv_uc_pingpong 4096" rodp rodp verbs ibv_uc_pingpong -n 5 -s 4096
+	case2 "ibv_uc_pingpong 4096" rodp rxe verbs ibv_uc_pingpong -n 5 -s 4096
+	case2 "ibv_uc_pingpong 4096" rxe rodp verbs ibv_uc_pingpong -n 5 -s 4096
 	# rping: rdma_cm RC connection; SEND, RDMA READ and WRITE, data verified.
 	case2 "rping 3" rodp rodp rping_role -C 3
 	case2 "rping 3" rxe rodp rping_role -C 3
