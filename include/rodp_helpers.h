@@ -42,6 +42,7 @@ void *rodp_helper_kmap_local_page(struct page *page);
 void rodp_helper_kunmap_local(void *addr);
 u64 rodp_helper_atomic64_cmpxchg(u64 *p, u64 old, u64 new);
 u64 rodp_helper_atomic64_fetch_add(u64 *p, u64 add);
+void rodp_helper_atomic64_store_release(u64 *p, u64 v);
 struct workqueue_struct *rodp_helper_alloc_workqueue(const char *name, unsigned int flags);
 int rodp_helper_copy_to_udata(struct ib_udata *udata, void *src, size_t len);
 int rodp_helper_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);

@@ -189,7 +189,9 @@ impl ib::Driver for Rodp {
                 | device_cap::SYS_IMAGE_GUID
                 | device_cap::PORT_ACTIVE_EVENT
                 | device_cap::MEM_WINDOW
-                | device_cap::MEM_WINDOW_TYPE_2B,
+                | device_cap::MEM_WINDOW_TYPE_2B
+                | device_cap::FLUSH_GLOBAL
+                | device_cap::ATOMIC_WRITE,
             max_qp: qp::MAX_QP,
             max_qp_wr: qp::MAX_QP_WR,
             max_sge: qp::MAX_SGE,
@@ -210,7 +212,14 @@ impl ib::Driver for Rodp {
             max_mcast_qp_attach: mcast::MAX_QP_ATTACH,
             max_total_mcast_qp_attach: mcast::MAX_TOTAL_ATTACH,
             odp_general_caps: odp_cap::SUPPORT | odp_cap::SUPPORT_IMPLICIT,
-            rc_odp_caps: send | recv | write | read | atomic | srq_recv,
+            rc_odp_caps: send
+                | recv
+                | write
+                | read
+                | atomic
+                | srq_recv
+                | odp_cap::FLUSH
+                | odp_cap::ATOMIC_WRITE,
             ud_odp_caps: send | recv | srq_recv,
             ..Default::default()
         })

@@ -34,6 +34,7 @@ pub(crate) use share::{current_user, try_take as take_worker, Held, Workers};
 pub(crate) use xfer::{Scratch, Seg};
 
 use crate::{
+    engine::packet::header::Feth,
     ib::{umem::AtomicOp, verbs::WrOpcode},
     qp::QpShared,
 };
@@ -73,8 +74,10 @@ pub(crate) struct Message<'a> {
     pub(crate) remote_addr: u64,
     /// Remote key of RDMA and atomic operations.
     pub(crate) rkey: u32,
-    /// The atomic operation.
+    /// The atomic operation (an ATOMIC WRITE's store too).
     pub(crate) atomic: Option<AtomicOp>,
+    /// A FLUSH's placement type and selectivity level.
+    pub(crate) flush: Option<Feth>,
     /// Where read data goes (the requester's memory).
     pub(crate) read_into: &'a [Seg],
     /// UD: Q_Key and the GRH the receiver sees.

@@ -182,6 +182,24 @@ impl Tables {
             .ok_or(Fault::Key)?
             .resolve(qp, key, addr, len, right)
     }
+
+    /// Checks a remote access with rights `right` to everything the key `key` reaches (a FLUSH
+    /// of the MR level, whose address and length mean nothing): an MR's whole range; a window
+    /// is checked at `addr` (no window grants a FLUSH right).
+    pub(crate) fn remote_whole(
+        &self,
+        qp: &QpShared,
+        key: u32,
+        addr: u64,
+        right: u32,
+    ) -> Result<(), Fault> {
+        let addr = if is_window(key) {
+            addr
+        } else {
+            self.mr(key).ok_or(Fault::Key)?.iova
+        };
+        self.remote(qp, key, addr, 0, right).map(|_| ())
+    }
 }
 
 #[kunit_tests(rodp_keys)]

@@ -43,7 +43,8 @@ const SUPPORTED: u32 = access::HUGETLB
     | access::REMOTE_WRITE
     | access::REMOTE_READ
     | access::REMOTE_ATOMIC
-    | access::ON_DEMAND;
+    | access::ON_DEMAND
+    | access::FLUSH_GLOBAL;
 
 /// The bounce buffer of a copy in which kernel memory (a kernel consumer's DMA MR) takes part;
 /// user memory, pinned or ODP, is copied page to page without one.

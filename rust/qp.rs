@@ -495,6 +495,14 @@ impl Qp {
         if matches!(s.state(), QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(EINVAL);
         }
+        // ib_core has no kernel work request that carries a FLUSH's or an ATOMIC WRITE's
+        // fields: only user space posts them.
+        if matches!(
+            WrOpcode::from_raw(wr.wqe.opcode),
+            Some(WrOpcode::Flush | WrOpcode::AtomicWrite)
+        ) {
+            return Err(EINVAL);
+        }
         let n = wr.sges.len();
         if n > s.max_send_sge as usize {
             return Err(EINVAL);

@@ -67,7 +67,8 @@ TEST_F(odp, device_reports_explicit_odp)
 {
 	struct ibv_device_attr_ex a;
 	uint32_t rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
-		      IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+		      IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV |
+		      ODP_SUPPORT_FLUSH | ODP_SUPPORT_ATOMIC_WRITE;
 
 	ASSERT_EQ(0, ibv_query_device_ex(self->d.ctx, NULL, &a));
 	EXPECT_TRUE(a.odp_caps.general_caps & IBV_ODP_SUPPORT);

@@ -12,6 +12,31 @@
 #define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
 		    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
+/*
+ * rdma-core 45 appended wr_flush to struct ibv_qp_ex (and IBV_QP_EX_WITH_FLUSH, the FLUSH
+ * access, capability and opcode values); the host's headers (Debian 12: rdma-core 44) lack
+ * them, the guest's libibverbs has them.
+ */
+struct qp_ex_flush {
+	struct ibv_qp_ex ex;
+	void (*wr_flush)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, size_t len,
+			 uint8_t type, uint8_t level);
+};
+
+#define QP_EX_WITH_FLUSH (1 << 11)
+#define ACCESS_FLUSH_GLOBAL (1 << 8)
+#define ACCESS_FLUSH_PERSISTENT (1 << 9)
+#define DEVICE_FLUSH_GLOBAL (1ULL << 38)
+#define DEVICE_FLUSH_PERSISTENT (1ULL << 39)
+#define DEVICE_ATOMIC_WRITE (1ULL << 40)
+#define ODP_SUPPORT_FLUSH (1 << 6)
+#define ODP_SUPPORT_ATOMIC_WRITE (1 << 7)
+#define WC_FLUSH 8
+#define FLUSH_GLOBAL 1
+#define FLUSH_PERSISTENT 2
+#define FLUSH_RANGE 0
+#define FLUSH_MR 1
+
 struct dev {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -63,6 +88,47 @@ static inline struct ibv_qp *make_qp(struct dev *d, struct ibv_cq *scq, struct i
 	};
 
 	return ibv_create_qp(d->pd, &a);
+}
+
+/* An RC QP that can post RDMA WRITE, ATOMIC WRITE and FLUSH through ibv_qp_ex. */
+static inline struct ibv_qp *make_qp_ex(struct dev *d, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr_ex a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = d->pd,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE |
+				  QP_EX_WITH_FLUSH,
+	};
+
+	return ibv_create_qp_ex(d->ctx, &a);
+}
+
+/* Posts a signaled ATOMIC WRITE of the 8 bytes of v at raddr through rkey on a make_qp_ex QP. */
+static inline int post_atomic_write(struct ibv_qp *qp, uint64_t wr_id, uint32_t rkey,
+				    uint64_t raddr, uint64_t v)
+{
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+
+	ibv_wr_start(x);
+	x->wr_id = wr_id;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(x, rkey, raddr, &v);
+	return ibv_wr_complete(x);
+}
+
+/* Posts a signaled FLUSH of len bytes at raddr through rkey on a make_qp_ex QP. */
+static inline int post_flush(struct ibv_qp *qp, uint64_t wr_id, uint32_t rkey, uint64_t raddr,
+			     size_t len, uint8_t type, uint8_t level)
+{
+	struct qp_ex_flush *x = (struct qp_ex_flush *)ibv_qp_to_qp_ex(qp);
+
+	ibv_wr_start(&x->ex);
+	x->ex.wr_id = wr_id;
+	x->ex.wr_flags = IBV_SEND_SIGNALED;
+	x->wr_flush(&x->ex, rkey, raddr, len, type, level);
+	return ibv_wr_complete(&x->ex);
 }
 
 struct rc_opts {

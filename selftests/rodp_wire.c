@@ -38,6 +38,7 @@ enum {
 	WRITE_ONLY = 0x0a, READ_REQ = 0x0c, READ_RESP_FIRST = 0x0d, READ_RESP_MIDDLE = 0x0e,
 	READ_RESP_LAST = 0x0f,
 	READ_RESP_ONLY = 0x10, ACK = 0x11, ATOMIC_ACK = 0x12, CMP_SWAP = 0x13, FETCH_ADD = 0x14,
+	FLUSH = 0x1c, ATOMIC_WRITE = 0x1d,
 };
 
 /* CRC-32 (IEEE, LSB first), no inversion: the kernel's crc32_le. */
@@ -70,7 +71,13 @@ static void icrc(const uint8_t *ip, const uint8_t *udp, const uint8_t *pkt, size
 	crc = crc32_le(crc, i, 20);
 	crc = crc32_le(crc, u, 8);
 	crc = crc32_le(crc, b, nb);
-	crc = crc32_le(crc, pkt + nb, len - nb);
+	if (pkt[0] == FLUSH && len >= 32) {
+		/* rxe's FLUSH: FETH and RETH, then the whole packet again from its BTH. */
+		crc = crc32_le(crc, pkt + 12, 20);
+		crc = crc32_le(crc, pkt, len);
+	} else {
+		crc = crc32_le(crc, pkt + nb, len - nb);
+	}
 	crc = ~crc;
 	for (int k = 0; k < 4; k++)
 		out[k] = crc >> (8 * k);
@@ -134,6 +141,14 @@ static void reth(struct pkt *p, uint64_t va, uint32_t rkey, uint32_t len)
 	put32(h + 8, rkey);
 	put32(h + 12, len);
 	add(p, h, 16);
+}
+
+/* A FETH: selectivity level and placement type. */
+static void feth(struct pkt *p, uint8_t type, uint8_t level)
+{
+	uint8_t h[4] = { 0, 0, 0, (uint8_t)((level & 3) << 4 | (type & 0xf)) };
+
+	add(p, h, 4);
 }
 
 static void aeth(struct pkt *p, uint8_t syndrome, uint32_t msn)
@@ -592,6 +607,60 @@ TEST_F(wire, answers_nobody_asked_for_are_dropped)
 	EXPECT_EQ(IBV_QPS_RTS, qp_state(self->qp));
 }
 
+/*
+ * ATOMIC WRITE and FLUSH from the peer: answered with an RDMA READ response without data (as
+ * rxe answers them); a duplicate ATOMIC WRITE is acknowledged and not executed again; an
+ * unaligned one gets an invalid request NAK, a FLUSH the QP does not allow a remote access NAK.
+ */
+TEST_F(wire, atomic_write_and_flush_are_served)
+{
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	struct rc_opts o = *wire_opts();
+	uint64_t v = 0x8877665544332211ull, zero = 0, va = (uintptr_t)self->buf;
+	uint32_t q = self->qp->qp_num;
+	struct ibv_mr *fmr;
+	struct pkt w, p;
+
+	o.access |= ACCESS_FLUSH_GLOBAL;
+	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
+	ASSERT_EQ(0, connect_peer(self, &o));
+	fmr = ibv_reg_mr(self->d.pd, self->buf + 32768, 4096, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
+	ASSERT_NE(NULL, fmr);
+	bth(&w, ATOMIC_WRITE, q, 0, 1);
+	reth(&w, va + 64, self->mr->rkey, 8);
+	add(&w, &v, 8);
+	ASSERT_EQ(0, send_pkt(&self->w, &w, PEER_IP, 0));
+	EXPECT_ACK(&self->w, READ_RESP_ONLY, ACK_SYN, 0);
+	EXPECT_EQ(0, memcmp(self->buf + 64, &v, 8));
+	bth(&p, FLUSH, q, 1, 1);
+	feth(&p, FLUSH_GLOBAL, FLUSH_RANGE);
+	reth(&p, va + 32768, fmr->rkey, 4096);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, READ_RESP_ONLY, ACK_SYN, 1);
+	/* The ATOMIC WRITE again: a duplicate, acknowledged up to PSN 1, not executed. */
+	memcpy(self->buf + 64, &zero, 8);
+	ASSERT_EQ(0, send_pkt(&self->w, &w, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 1);
+	EXPECT_EQ(0, memcmp(self->buf + 64, &zero, 8));
+	/* Unaligned: an invalid request NAK, the QP in error. */
+	bth(&p, ATOMIC_WRITE, q, 2, 1);
+	reth(&p, va + 68, self->mr->rkey, 8);
+	add(&p, &v, 8);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x61, 2);
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+	/* A FLUSH through the fixture's MR, which has no FLUSH right: remote access NAK. */
+	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
+	ASSERT_EQ(0, connect_peer(self, &o));
+	bth(&p, FLUSH, q, 0, 1);
+	feth(&p, FLUSH_GLOBAL, FLUSH_MR);
+	reth(&p, 0, self->mr->rkey, 0);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x62, 0);
+	EXPECT_EQ(0, memcmp(self->buf + 64, &zero, 8));
+	ibv_dereg_mr(fmr);
+}
+
 /* Reads the requester's next packet, expecting op at psn. */
 #define EXPECT_REQ(w, a, op, psn) do {						\
 	ASSERT_LT(0, recv_pkt(w, a, 3000)) TH_LOG("nothing sent");		\
@@ -761,6 +830,60 @@ TEST_F(wire, requester_read_waits_while_answered_and_asks_again_for_the_rest)
 	EXPECT_EQ(31, wc.wr_id);
 	EXPECT_EQ(0, memcmp(data, self->buf, sizeof(data)));
 	EXPECT_EQ(3, qp_psn(self->qp, IBV_QP_SQ_PSN));
+}
+
+/*
+ * A requester's ATOMIC WRITE and FLUSH go out as rxe sends them (RETH, its 8 bytes; FETH and
+ * RETH without data) and complete on an empty READ response or on an ACK.
+ */
+TEST_F(wire, requester_sends_atomic_write_and_flush)
+{
+	struct ibv_qp *qp = make_qp_ex(&self->d, self->cq);
+	uint64_t v = 0x0102030405060708ull;
+	struct ibv_wc wc;
+	struct pkt a, p;
+	uint32_t q;
+
+	ASSERT_NE(NULL, qp);
+	q = qp->qp_num;
+	ASSERT_EQ(0, rc_connect(qp, &self->d, PEER_QPN, &self->peer, wire_opts()));
+	ASSERT_EQ(0, post_atomic_write(qp, 41, 0x77, 0x9000, v));
+	EXPECT_REQ(&self->w, &a, ATOMIC_WRITE, 0);
+	EXPECT_EQ(12 + 16 + 8, a.len);
+	EXPECT_EQ(0x9000, get64(a.b + 12));
+	EXPECT_EQ(0x77, get24(a.b + 21));
+	EXPECT_EQ(8, get24(a.b + 25));
+	EXPECT_EQ(0, memcmp(a.b + 28, &v, 8));
+	bth(&p, READ_RESP_ONLY, q, 0, 0);
+	aeth(&p, ACK_SYN, 1);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(IBV_WC_ATOMIC_WRITE, wc.opcode);
+	EXPECT_EQ(41, wc.wr_id);
+	ASSERT_EQ(0, post_flush(qp, 42, 0x78, 0xa000, 5000, FLUSH_GLOBAL, FLUSH_RANGE));
+	EXPECT_REQ(&self->w, &a, FLUSH, 1);
+	EXPECT_EQ(12 + 4 + 16, a.len);
+	EXPECT_EQ((FLUSH_RANGE << 4) | FLUSH_GLOBAL, a.b[15]);
+	EXPECT_EQ(0xa000, get64(a.b + 16));
+	EXPECT_EQ(0x78, get24(a.b + 25));
+	EXPECT_EQ(5000, get24(a.b + 29));
+	/* An empty READ response at another PSN, or one with data, is no answer; an ACK is. */
+	bth(&p, READ_RESP_ONLY, q, 0, 0);
+	aeth(&p, ACK_SYN, 1);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, READ_RESP_ONLY, q, 1, 0);
+	aeth(&p, ACK_SYN, 1);
+	add(&p, &v, 8);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 1));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(WC_FLUSH, wc.opcode);
+	EXPECT_EQ(5000, wc.byte_len);
+	EXPECT_EQ(42, wc.wr_id);
+	ibv_destroy_qp(qp);
 }
 
 /* A hostile request: its name, the answer it must get (an AETH syndrome, or -1: none). */

@@ -115,6 +115,9 @@ enum Awaited {
     Ack,
     Read,
     Atomic,
+    /// A FLUSH or ATOMIC WRITE: answered by an empty RDMA READ response (as rxe answers), or
+    /// an ACK.
+    Placed,
 }
 
 struct Expect {
@@ -294,6 +297,8 @@ fn start(
             (Awaited::Read, mtu.packets(len as u64) as u32, len)
         }
         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => (Awaited::Atomic, 1, 8),
+        // One packet each; a FLUSH's length is the remote range's, its packet carries none.
+        WrOpcode::Flush | WrOpcode::AtomicWrite => (Awaited::Placed, 1, m.len),
         _ => (Awaited::Ack, mtu.packets(m.len as u64) as u32, m.len),
     };
     let mut buf = KVec::new();
@@ -468,6 +473,33 @@ fn transmit(
             });
             return tx.send(stats, h, 0, |_| Ok(()));
         }
+        WrOpcode::Flush => {
+            let mut h = one(Opcode::RC_FLUSH);
+            h.reth = Some(Reth {
+                va: m.remote_addr,
+                rkey: m.rkey,
+                len: m.len as u32,
+            });
+            h.feth = m.flush;
+            return tx.send(stats, h, 0, |_| Ok(()));
+        }
+        WrOpcode::AtomicWrite => {
+            let mut h = one(Opcode::RC_ATOMIC_WRITE);
+            h.reth = Some(Reth {
+                va: m.remote_addr,
+                rkey: m.rkey,
+                len: 8,
+            });
+            let local = core::cell::Cell::new(false);
+            let r = tx.send(stats, h, 8, |out| {
+                gather(m.data, 0, out, true).inspect_err(|_| local.set(true))
+            });
+            return if local.get() {
+                Err(wire::NotSent::Local)
+            } else {
+                r
+            };
+        }
         _ => {}
     }
     let kind = if m.opcode.is_send() {
@@ -554,7 +586,17 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
 fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn) -> Option<Option<Outcome>> {
     let within = psn.diff(e.first) >= 0 && psn.diff(e.last) <= 0;
     match (p.info.kind, p.hdr.aeth.map(|a| a.syndrome)) {
-        (Kind::Ack, Some(Syndrome::Ack(_))) if e.kind == Awaited::Ack && psn == e.last => {
+        (Kind::Ack, Some(Syndrome::Ack(_)))
+            if matches!(e.kind, Awaited::Ack | Awaited::Placed) && psn == e.last =>
+        {
+            Some(Some(Outcome::Ack(0)))
+        }
+        (Kind::ReadResponse, Some(Syndrome::Ack(_)))
+            if e.kind == Awaited::Placed
+                && psn == e.last
+                && p.info.position == Position::Only
+                && p.payload.is_empty() =>
+        {
             Some(Some(Outcome::Ack(0)))
         }
         (Kind::Ack, Some(Syndrome::RnrNak(t))) if within => Some(Some(Outcome::Rnr(t))),
@@ -665,6 +707,8 @@ fn wr_opcode(p: &Packet<'_>) -> Option<WrOpcode> {
         Kind::ReadRequest => WrOpcode::RdmaRead,
         Kind::CompareSwap => WrOpcode::AtomicCmpAndSwp,
         Kind::FetchAdd => WrOpcode::AtomicFetchAndAdd,
+        Kind::AtomicWrite => WrOpcode::AtomicWrite,
+        Kind::Flush => WrOpcode::Flush,
         _ => return None,
     })
 }
@@ -733,10 +777,22 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
             Kind::CompareSwap => AtomicOp::CmpSwap(a.compare, a.swap_add),
             _ => AtomicOp::FetchAdd(a.swap_add),
         }),
+        flush: p.hdr.feth,
         read_into: &[],
         ud: None,
     };
-    if let Some(r) = p.hdr.reth.filter(|_| p.info.kind == Kind::ReadRequest) {
+    if p.info.kind == Kind::AtomicWrite {
+        // Its 8 bytes, in memory order (the parser took exactly 8).
+        m.atomic = <[u8; 8]>::try_from(p.payload)
+            .ok()
+            .map(|b| AtomicOp::Write(u64::from_ne_bytes(b)));
+    }
+    // A READ's and a FLUSH's length is the RETH's; an ATOMIC WRITE's must say 8.
+    let reth_len = matches!(
+        p.info.kind,
+        Kind::ReadRequest | Kind::Flush | Kind::AtomicWrite
+    );
+    if let Some(r) = p.hdr.reth.filter(|_| reth_len) {
         m.len = r.len as usize;
     }
     if let Some(a) = p.hdr.atomic_eth {
@@ -847,6 +903,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                     let _ = read(qp, tx, &m, psn, msn);
                 }
                 Kind::CompareSwap | Kind::FetchAdd => atomic_ack(qp, tx, psn, msn, orig),
+                Kind::Flush | Kind::AtomicWrite => placed_ack(qp, tx, psn, msn),
                 _ if p.hdr.bth.ack_req || p.info.position.ends() => {
                     ack(qp, tx, Syndrome::Ack(NO_CREDITS), psn, msn)
                 }
@@ -947,7 +1004,8 @@ fn execute_in_order(
             Ok(_) => Reply::Ack(0),
             Err(r) => r,
         },
-        Kind::CompareSwap | Kind::FetchAdd => resp::atomic(qp, m),
+        Kind::CompareSwap | Kind::FetchAdd | Kind::AtomicWrite => resp::atomic(qp, m),
+        Kind::Flush => resp::flush(qp, m),
         _ => Reply::Nak(Nak::InvReq),
     }
 }
@@ -957,6 +1015,22 @@ fn ack(qp: &QpShared, tx: Option<&Tx>, syndrome: Syndrome, psn: Psn, msn: u32) {
     let Some(tx) = tx else { return };
     let mut h = Headers::new(Bth::new(Opcode::RC_ACKNOWLEDGE, tx.dest_qpn, psn));
     h.aeth = Some(Aeth { syndrome, msn });
+    let _ = tx.send(&qp.tables.stats, h, 0, |_| Ok(()));
+}
+
+/// Answers a FLUSH or an ATOMIC WRITE at `psn` as rxe does: an RDMA READ response without
+/// data.
+fn placed_ack(qp: &QpShared, tx: Option<&Tx>, psn: Psn, msn: u32) {
+    let Some(tx) = tx else { return };
+    let mut h = Headers::new(Bth::new(
+        Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+        tx.dest_qpn,
+        psn,
+    ));
+    h.aeth = Some(Aeth {
+        syndrome: Syndrome::Ack(NO_CREDITS),
+        msn,
+    });
     let _ = tx.send(&qp.tables.stats, h, 0, |_| Ok(()));
 }
 

@@ -8,7 +8,7 @@ use super::{
     comp::{self, Exec},
     deliver,
     fault::Ticket,
-    packet::Gid,
+    packet::{header::Feth, Gid},
     rc,
     share::{self, Job},
     wire,
@@ -217,13 +217,24 @@ fn execute(
         _ => {}
     }
     let read_like = op.is_read_like();
-    if read_like && a.max_rd_atomic == 0 {
+    if op.needs_rd_atomic() && a.max_rd_atomic == 0 {
         return Exec::Done(WcStatus::LocQpOpErr, 0);
     }
-    // Local data: inline bytes or registered memory.
+    // Local data: an ATOMIC WRITE's 8 bytes in the WQE (where inline data goes), none for a
+    // FLUSH (its length is the remote range's), inline bytes or registered memory.
     let Scratch { sges, segs } = scratch;
     let inline = w.send_flags & send_flags::INLINE != 0 && !read_like;
-    let (src, len) = if inline {
+    let in_wqe = match op {
+        WrOpcode::AtomicWrite => match raw.get(abi::SEND_WQE_HEADER..abi::SEND_WQE_HEADER + 8) {
+            Some(b) => Some((b, 8)),
+            None => return Exec::Done(WcStatus::LocLenErr, 0),
+        },
+        WrOpcode::Flush => Some((&[][..], w.length as usize)),
+        _ => None,
+    };
+    let (src, len) = if let Some((b, n)) = in_wqe {
+        (Some(b), n)
+    } else if inline {
         let len = w.length as usize;
         if w.length > qp.max_inline {
             return Exec::Done(WcStatus::LocLenErr, 0);
@@ -260,6 +271,9 @@ fn execute(
     let atomic = match op {
         WrOpcode::AtomicCmpAndSwp => Some(AtomicOp::CmpSwap(w.compare_add, w.swap)),
         WrOpcode::AtomicFetchAndAdd => Some(AtomicOp::FetchAdd(w.compare_add)),
+        WrOpcode::AtomicWrite => src
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(|b| AtomicOp::Write(u64::from_ne_bytes(b))),
         _ => None,
     };
     if atomic.is_some() && len < 8 {
@@ -278,6 +292,10 @@ fn execute(
         remote_addr: w.remote_addr,
         rkey: w.rkey,
         atomic,
+        flush: (op == WrOpcode::Flush).then_some(Feth {
+            placement: w.flush_type,
+            selectivity: w.flush_level,
+        }),
         read_into: segs,
         ud: None,
         // A datagram never waits (see below).
@@ -505,6 +523,8 @@ fn account(qp: &QpShared, dst: &QpShared, op: WrOpcode, len: usize, mtu: u32) {
     let (fwd, back) = match op {
         WrOpcode::RdmaRead => (0, len),
         _ if op.is_atomic() => (0, 8),
+        // A FLUSH carries no data: its length is the range's.
+        WrOpcode::Flush => (0, 0),
         _ => (len, 0),
     };
     req.add(Counter::SentPkts, packets(fwd, mtu));

@@ -25,7 +25,8 @@ use super::{
 use crate::{
     ib::{
         abi::Wc,
-        verbs::{access, wc_flags, wc_opcode, Event, QpState, QpType, WcStatus, WrOpcode},
+        umem::AtomicOp,
+        verbs::{access, flush, wc_flags, wc_opcode, Event, QpState, QpType, WcStatus, WrOpcode},
     },
     mr::MrRef,
     mw::Via,
@@ -35,7 +36,11 @@ use crate::{
 };
 use kernel::{
     prelude::*,
-    sync::{atomic::Acquire, Arc},
+    sync::{
+        atomic::Acquire,
+        barrier::{smp_mb, Full},
+        Arc,
+    },
 };
 
 /// Executes `m` at the responder QP `dst` and returns its answer.
@@ -62,7 +67,10 @@ pub(super) fn receive(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
         WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => send(dst, &mut rq, m),
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => write(dst, &mut rq, m),
         WrOpcode::RdmaRead => read(dst, m),
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => atomic(dst, m),
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite => {
+            atomic(dst, m)
+        }
+        WrOpcode::Flush => flush(dst, m),
         // Window operations never leave the requester.
         WrOpcode::LocalInv | WrOpcode::BindMw => Reply::Nak(Nak::InvReq),
     };
@@ -430,14 +438,21 @@ fn read(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     }
 }
 
+/// An atomic, or an ATOMIC WRITE (its 8 bytes stored at once, after everything written
+/// before; it needs the right to write, as rxe's `atomic_write_reply`): each takes a
+/// `max_dest_rd_atomic` resource and an aligned word.
 pub(super) fn atomic(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     let Some(op) = m.atomic else {
         return Reply::Nak(Nak::InvReq);
     };
-    if dst.max_dest_rd_atomic.load(Acquire) == 0 || m.remote_addr % 8 != 0 {
+    if dst.max_dest_rd_atomic.load(Acquire) == 0 || m.remote_addr % 8 != 0 || m.len != 8 {
         return Reply::Nak(Nak::InvReq);
     }
-    let (mr, off) = match remote_mr(dst, m, 8, access::REMOTE_ATOMIC) {
+    let right = match op {
+        AtomicOp::Write(_) => access::REMOTE_WRITE,
+        _ => access::REMOTE_ATOMIC,
+    };
+    let (mr, off) = match remote_mr(dst, m, 8, right) {
         Ok(t) => t,
         Err(r) => return r,
     };
@@ -450,4 +465,42 @@ pub(super) fn atomic(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
         },
         Err(_) => Reply::Nak(Nak::InvReq),
     }
+}
+
+/// A FLUSH (rxe's `process_flush`): an unknown placement type or level is an invalid request;
+/// the QP must allow each placement type asked for and the key grant it over the range, or at
+/// the MR level over everything it reaches, else it is a remote access error (a QP without
+/// the right is one for every operation in rodp; rxe calls it an invalid request). rodp places data with the CPU's own stores, so
+/// making what came before globally visible is a full barrier; no MR has the persistent right
+/// (rodp does not offer it), so a persistent FLUSH is a remote access error.
+pub(super) fn flush(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
+    let Some(f) = m.flush else {
+        return Reply::Nak(Nak::InvReq);
+    };
+    let mut need = 0;
+    if f.placement & flush::GLOBAL != 0 {
+        need |= access::FLUSH_GLOBAL;
+    }
+    if f.placement & flush::PERSISTENT != 0 {
+        need |= access::FLUSH_PERSISTENT;
+    }
+    let known = f.placement & !(flush::GLOBAL | flush::PERSISTENT) == 0;
+    if need == 0 || !known || !matches!(f.selectivity, flush::RANGE | flush::MR) {
+        return Reply::Nak(Nak::InvReq);
+    }
+    if dst.access.load(Acquire) & need != need {
+        return Reply::Nak(Nak::Access);
+    }
+    let t = &dst.tables;
+    let granted = if f.selectivity == flush::MR {
+        t.remote_whole(dst, m.rkey, m.remote_addr, need)
+    } else {
+        t.remote(dst, m.rkey, m.remote_addr, m.len as u64, need)
+            .map(|_| ())
+    };
+    if granted.is_err() {
+        return Reply::Nak(Nak::Access);
+    }
+    smp_mb(Full);
+    Reply::Ack(0)
 }

@@ -328,6 +328,7 @@ impl Inbox {
             remote_addr: 0,
             rkey: 0,
             atomic: None,
+            flush: None,
             read_into: &[],
             ud: Some(Ud {
                 qkey: deth.qkey,

@@ -193,6 +193,12 @@ u64 rodp_helper_atomic64_fetch_add(u64 *p, u64 add)
 	return (u64)atomic64_fetch_add((s64)add, (atomic64_t *)p);
 }
 
+/* ATOMIC WRITE: the 8 bytes land at once, after everything written before them (as rxe). */
+void rodp_helper_atomic64_store_release(u64 *p, u64 v)
+{
+	smp_store_release(p, v);
+}
+
 struct workqueue_struct *rodp_helper_alloc_workqueue(const char *name, unsigned int flags)
 {
 	return alloc_workqueue("%s", flags, 0, name);

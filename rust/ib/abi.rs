@@ -126,6 +126,9 @@ pub(crate) struct SendWqe {
     pub(crate) length: u32,
     /// Number of scatter/gather entries.
     pub(crate) num_sge: u32,
+    /// A FLUSH's placement type and selectivity level.
+    pub(crate) flush_type: u8,
+    pub(crate) flush_level: u8,
 }
 
 /// Offsets of the fields of `struct rxe_send_wqe`.
@@ -145,6 +148,9 @@ struct SendOff {
     ah_num: usize,
     length: usize,
     num_sge: usize,
+    flush_rkey: usize,
+    flush_type: usize,
+    flush_level: usize,
 }
 
 const SEND_OFF: SendOff = {
@@ -154,11 +160,13 @@ const SEND_OFF: SendOff = {
     type Rdma = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_2;
     type Atomic = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_3;
     type Ud = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_4;
+    type Flush = bindings::rxe_send_wr__bindgen_ty_2__bindgen_ty_1;
     let wr = offset_of!(W, wr);
     let u = wr + offset_of!(R, wr);
     let rdma = u + offset_of!(U, rdma);
     let atomic = u + offset_of!(U, atomic);
     let ud = u + offset_of!(U, ud);
+    let flush = u + offset_of!(U, flush);
     let dma = offset_of!(W, dma);
     SendOff {
         wr_id: wr + offset_of!(R, wr_id),
@@ -176,6 +184,9 @@ const SEND_OFF: SendOff = {
         ah_num: ud + offset_of!(Ud, ah_num),
         length: dma + offset_of!(bindings::rxe_dma_info, length),
         num_sge: dma + offset_of!(bindings::rxe_dma_info, num_sge),
+        flush_rkey: flush + offset_of!(Flush, rkey),
+        flush_type: flush + offset_of!(Flush, type_),
+        flush_level: flush + offset_of!(Flush, level),
     }
 };
 
@@ -189,13 +200,20 @@ impl SendWqe {
         let o = &SEND_OFF;
         let opcode = u32_at(b, o.opcode);
         let atomic = is_atomic(opcode);
+        // A FLUSH's address is where an RDMA operation's is, its key four bytes further.
+        let flush = opcode == WrOpcode::Flush as u32;
+        let rkey_at = match (atomic, flush) {
+            (true, _) => o.atomic_rkey,
+            (_, true) => o.flush_rkey,
+            _ => o.rdma_rkey,
+        };
         Self {
             wr_id: u64_at(b, o.wr_id),
             opcode,
             send_flags: u32_at(b, o.send_flags),
             imm_data: u32_at(b, o.imm),
             remote_addr: u64_at(b, if atomic { o.atomic_addr } else { o.rdma_addr }),
-            rkey: u32_at(b, if atomic { o.atomic_rkey } else { o.rdma_rkey }),
+            rkey: u32_at(b, rkey_at),
             compare_add: u64_at(b, o.compare_add),
             swap: u64_at(b, o.swap),
             remote_qpn: u32_at(b, o.remote_qpn),
@@ -203,6 +221,8 @@ impl SendWqe {
             ah_num: u32_at(b, o.ah_num),
             length: u32_at(b, o.length),
             num_sge: u32_at(b, o.num_sge),
+            flush_type: b.get(o.flush_type).copied().unwrap_or(0),
+            flush_level: b.get(o.flush_level).copied().unwrap_or(0),
         }
     }
 
@@ -531,6 +551,25 @@ mod tests {
         // The invalidate key of LOCAL_INV and SEND_WITH_INV shares the immediate's place.
         b[20..24].copy_from_slice(&0x80_0003u32.to_ne_bytes());
         assert_eq!(SendWqe::parse(&b).imm_data, 0x80_0003);
+    }
+
+    #[test]
+    fn flush_fields_sit_where_the_rxe_provider_writes_them() {
+        // rdma-core's `wr_flush`: `wr.flush` = { remote_addr, length, rkey, type, level } after
+        // the 24 bytes of id, opcode, flags and immediate; the length goes to `dma.length`.
+        let mut b = [0u8; SEND_WQE_HEADER];
+        b[12..16].copy_from_slice(&bindings::ib_wr_opcode_IB_WR_FLUSH.to_ne_bytes());
+        b[24..32].copy_from_slice(&0x7000_2000u64.to_ne_bytes());
+        b[32..36].copy_from_slice(&0x55u32.to_ne_bytes());
+        b[36..40].copy_from_slice(&0x80_0004u32.to_ne_bytes());
+        b[40] = 1;
+        b[41] = 1;
+        let w = SendWqe::parse(&b);
+        assert_eq!((w.remote_addr, w.rkey), (0x7000_2000, 0x80_0004));
+        assert_eq!((w.flush_type, w.flush_level), (1, 1));
+        // Any other opcode reads its key at the RDMA place.
+        b[12..16].copy_from_slice(&bindings::ib_wr_opcode_IB_WR_ATOMIC_WRITE.to_ne_bytes());
+        assert_eq!(SendWqe::parse(&b).rkey, 0x55);
     }
 
     #[test]

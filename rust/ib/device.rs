@@ -90,6 +90,11 @@ pub(crate) mod odp_cap {
     pub(crate) const ATOMIC: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC;
     /// SRQ receives into ODP memory.
     pub(crate) const SRQ_RECV: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV;
+    /// FLUSH of ODP memory.
+    pub(crate) const FLUSH: u32 = bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_FLUSH;
+    /// ATOMIC WRITE into ODP memory.
+    pub(crate) const ATOMIC_WRITE: u32 =
+        bindings::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC_WRITE;
 }
 
 /// Bits of `enum ib_port_capability_mask_bits`.

@@ -59,6 +59,8 @@ pub(crate) enum AtomicOp {
     CmpSwap(u64, u64),
     /// Fetch and add.
     FetchAdd(u64),
+    /// Store (an ATOMIC WRITE's 8 bytes, in memory order), after every earlier store.
+    Write(u64),
 }
 
 /// A page of memory the device may access (`struct page`), kept allocated for `'a` by its
@@ -159,6 +161,10 @@ impl<'a> Mapped<'a> {
             match op {
                 AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
                 AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
+                AtomicOp::Write(v) => {
+                    bindings::atomic64_store_release(p, v);
+                    0
+                }
             }
         })
     }

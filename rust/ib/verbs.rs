@@ -152,6 +152,25 @@ pub(crate) mod access {
     pub(crate) const ZERO_BASED: u32 = bindings::ib_access_flags_IB_ZERO_BASED;
     /// Flags a consumer may pass that a device is free to ignore.
     pub(crate) const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
+    /// A FLUSH may make writes to the memory globally visible.
+    pub(crate) const FLUSH_GLOBAL: u32 = bindings::ib_access_flags_IB_ACCESS_FLUSH_GLOBAL;
+    /// A FLUSH may make writes to the memory persistent.
+    pub(crate) const FLUSH_PERSISTENT: u32 = bindings::ib_access_flags_IB_ACCESS_FLUSH_PERSISTENT;
+}
+
+/// A FLUSH's placement types (`enum ib_placement_type`) and selectivity levels
+/// (`enum ib_selectivity_level`).
+pub(crate) mod flush {
+    use crate::ib::bindings;
+
+    /// Writes made globally visible.
+    pub(crate) const GLOBAL: u8 = bindings::ib_placement_type_IB_FLUSH_GLOBAL as u8;
+    /// Writes made persistent.
+    pub(crate) const PERSISTENT: u8 = bindings::ib_placement_type_IB_FLUSH_PERSISTENT as u8;
+    /// The range the request names.
+    pub(crate) const RANGE: u8 = bindings::ib_selectivity_level_IB_FLUSH_RANGE as u8;
+    /// The whole MR of the key (address and length ignored).
+    pub(crate) const MR: u8 = bindings::ib_selectivity_level_IB_FLUSH_MR as u8;
 }
 
 /// A global route: where a packet goes and from which GID (`struct ib_global_route`).
@@ -518,6 +537,10 @@ pub(crate) mod wc_opcode {
     pub(crate) const COMP_SWAP: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_COMP_SWAP;
     /// Fetch and add.
     pub(crate) const FETCH_ADD: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_FETCH_ADD;
+    /// Flush.
+    pub(crate) const FLUSH: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_FLUSH;
+    /// Atomic write.
+    pub(crate) const ATOMIC_WRITE: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_ATOMIC_WRITE;
     /// Receive.
     pub(crate) const RECV: u32 = bindings::ib_wc_opcode_IB_WC_RECV;
     /// A memory window bind.
@@ -568,11 +591,15 @@ pub(crate) enum WrOpcode {
     BindMw = bindings::ib_wr_opcode_IB_WR_BIND_MW,
     /// Send, invalidating a key at the responder.
     SendWithInv = bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV,
+    /// Make the writes to a range (or an MR) globally visible.
+    Flush = bindings::ib_wr_opcode_IB_WR_FLUSH,
+    /// Write 8 bytes at once.
+    AtomicWrite = bindings::ib_wr_opcode_IB_WR_ATOMIC_WRITE,
 }
 
 impl WrOpcode {
     /// Every opcode rodp executes.
-    const ALL: [Self; 10] = [
+    const ALL: [Self; 12] = [
         Self::RdmaWrite,
         Self::RdmaWriteWithImm,
         Self::Send,
@@ -583,6 +610,8 @@ impl WrOpcode {
         Self::LocalInv,
         Self::BindMw,
         Self::SendWithInv,
+        Self::Flush,
+        Self::AtomicWrite,
     ];
 
     /// The opcode `v` names, if rodp executes it.
@@ -597,6 +626,12 @@ impl WrOpcode {
             self,
             Self::RdmaRead | Self::AtomicCmpAndSwp | Self::AtomicFetchAndAdd
         )
+    }
+
+    /// Whether the operation takes one of the responder's `max_dest_rd_atomic` resources, so
+    /// the requester needs a `max_rd_atomic` credit (reads, atomics and atomic writes, as rxe).
+    pub(crate) fn needs_rd_atomic(self) -> bool {
+        self.is_read_like() || self == Self::AtomicWrite
     }
 
     /// Whether the operation is an atomic.
@@ -619,15 +654,20 @@ impl WrOpcode {
             Self::BindMw => wc_opcode::BIND_MW,
             Self::LocalInv => wc_opcode::LOCAL_INV,
             Self::Send | Self::SendWithImm | Self::SendWithInv => wc_opcode::SEND,
+            Self::Flush => wc_opcode::FLUSH,
+            Self::AtomicWrite => wc_opcode::ATOMIC_WRITE,
         }
     }
 
     /// Whether a QP of type `t` may post it (IBA table 90: datagrams carry sends only; UC has
-    /// no reads or atomics, and no opcode that carries a key to invalidate).
+    /// no reads or atomics, and no opcode that carries a key to invalidate; FLUSH and ATOMIC
+    /// WRITE are RC operations).
     pub(crate) fn valid_for(self, t: QpType) -> bool {
         match t {
             QpType::Rc => true,
-            QpType::Uc => !self.is_read_like() && self != Self::SendWithInv,
+            QpType::Uc => {
+                !self.needs_rd_atomic() && !matches!(self, Self::SendWithInv | Self::Flush)
+            }
             QpType::Ud | QpType::Gsi => matches!(self, Self::Send | Self::SendWithImm),
         }
     }
@@ -688,6 +728,12 @@ pub(crate) mod device_cap {
     /// Type 2B memory windows.
     pub(crate) const MEM_WINDOW_TYPE_2B: u64 =
         bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B as u64;
+    /// FLUSH with the global placement type.
+    pub(crate) const FLUSH_GLOBAL: u64 =
+        bindings::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL as u64;
+    /// ATOMIC WRITE.
+    pub(crate) const ATOMIC_WRITE: u64 =
+        bindings::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE as u64;
 }
 
 /// Bits of `enum ib_mr_rereg_flags`.
