@@ -90,7 +90,7 @@ static inline struct ibv_qp *make_qp(struct dev *d, struct ibv_cq *scq, struct i
 	return ibv_create_qp(d->pd, &a);
 }
 
-/* An RC QP that can post RDMA WRITE, ATOMIC WRITE and FLUSH through ibv_qp_ex. */
+/* An RC QP that can post RDMA WRITE and READ, ATOMIC WRITE and FLUSH through ibv_qp_ex. */
 static inline struct ibv_qp *make_qp_ex(struct dev *d, struct ibv_cq *cq)
 {
 	struct ibv_qp_init_attr_ex a = {
@@ -98,8 +98,8 @@ static inline struct ibv_qp *make_qp_ex(struct dev *d, struct ibv_cq *cq)
 		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
 			 .max_recv_sge = 1 },
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE |
-				  QP_EX_WITH_FLUSH,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
+				  IBV_QP_EX_WITH_ATOMIC_WRITE | QP_EX_WITH_FLUSH,
 	};
 
 	return ibv_create_qp_ex(d->ctx, &a);

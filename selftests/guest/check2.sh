@@ -103,6 +103,18 @@ rping_role() {
 	esac
 }
 
+# wire_ops: ATOMIC WRITE and FLUSH from B into A's memory, read back and compared on both
+# sides (selftests/wire_ops.c; TCP port 18516 for the exchange).
+ops_role() {
+	side=$1
+	shift
+	case $side in
+	server) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" ;;
+	client) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" -c "$addr_a" ;;
+	ready) ss -Hltn 'sport = :18516' | grep -q . ;;
+	esac
+}
+
 # lossy ROLE ARGS...: ROLE over a bad link. netem on this guest's NIC (both guests run it)
 # drops 2 % of the packets it sends, duplicates 1 %, delays them by 2 ms and sends every fourth
 # at once, ahead of the delayed ones; afterwards the qdisc's counts (dropped, duplicated) and
@@ -238,6 +250,10 @@ cases() {
 	case2 "ib_atomic_lat" rodp rxe perf ib_atomic_lat -n 5
 	case2 "ib_atomic_lat" rxe rodp perf ib_atomic_lat -n 5
 	case2 "ib_write_lat 8K" rodp rodp perf ib_write_lat -n 5 -s 8192
+	# ATOMIC WRITE and FLUSH (16 atomic writes, a range and an MR flush, a READ back).
+	case2 "wire_ops" rodp rodp ops_role
+	case2 "wire_ops" rodp rxe ops_role
+	case2 "wire_ops" rxe rodp ops_role
 	# A bad link (lossy): 2 % loss, 1 % duplicates, reordering, delay, rodp at both ends.
 	# ibv_rc_pingpong -c checks every received buffer; rping -V every ping (SEND, READ,
 	# WRITE).
