@@ -84,6 +84,18 @@ pub(crate) struct Message<'a> {
     pub(crate) ud: Option<Ud>,
 }
 
+impl Message<'_> {
+    /// The bytes the message carries, for the requester's budget (a FLUSH names a range and
+    /// carries none).
+    pub(crate) fn carried(&self) -> usize {
+        if self.opcode == WrOpcode::Flush {
+            0
+        } else {
+            self.len
+        }
+    }
+}
+
 /// UD addressing carried with a message.
 #[derive(Clone, Copy)]
 pub(crate) struct Ud {

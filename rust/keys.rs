@@ -193,12 +193,11 @@ impl Tables {
         addr: u64,
         right: u32,
     ) -> Result<(), Fault> {
-        let addr = if is_window(key) {
-            addr
-        } else {
-            self.mr(key).ok_or(Fault::Key)?.iova
-        };
-        self.remote(qp, key, addr, 0, right).map(|_| ())
+        if is_window(key) {
+            return self.remote(qp, key, addr, 0, right).map(|_| ());
+        }
+        let mr = self.mr(key).ok_or(Fault::Key)?;
+        mr.check(qp.pd, mr.iova, 0, right).map(|_| ())
     }
 }
 

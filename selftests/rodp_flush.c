@@ -4,7 +4,9 @@
  * and ibv_wr_flush: an atomic write stores its 8 bytes where it is aimed (ODP memory too) and
  * nowhere else; a FLUSH of the global placement type completes at the range and the MR level;
  * every rule (alignment, rights of the QP and of the MR, range, the persistent type rodp does
- * not offer) ends in the completion status rxe gives it.
+ * not offer) ends in an error completion: those rxe gives, but for a responder QP without the
+ * right (a remote access error in rodp, as for every right; an invalid request in rxe) and a
+ * FLUSH of an unknown placement type or level (an invalid request; rxe ignores them).
  */
 #include <sys/mman.h>
 #include "rodp_verbs.h"
@@ -140,7 +142,7 @@ TEST_F(fl, atomic_write_stores_its_eight_bytes_and_no_more)
 					0, FLUSH_GLOBAL, FLUSH_RANGE));
 }
 
-TEST_F(fl, atomic_write_rules_end_in_rxes_statuses)
+TEST_F(fl, atomic_write_rules_end_in_error_completions)
 {
 	uintptr_t b = (uintptr_t)self->buf[B];
 	struct ibv_mr *ro = ibv_reg_mr(self->d.pd, self->buf[B] + 8192, 4096,
@@ -165,7 +167,7 @@ TEST_F(fl, atomic_write_rules_end_in_rxes_statuses)
 	ibv_dereg_mr(ro);
 }
 
-TEST_F(fl, flush_rules_end_in_rxes_statuses)
+TEST_F(fl, flush_rules_end_in_error_completions)
 {
 	uintptr_t b = (uintptr_t)self->buf[B];
 
@@ -183,17 +185,22 @@ TEST_F(fl, flush_rules_end_in_rxes_statuses)
 	/* Past the MR at the range level. */
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, flush(self, b + 4096, self->mr[B]->rkey, BUF,
 					       FLUSH_GLOBAL, FLUSH_RANGE));
-	/* A responder QP that does not allow FLUSH (as for every other right). */
+	/* A responder QP that does not allow FLUSH (as for every other right; rxe: invalid). */
 	ASSERT_EQ(0, connect_pair(self, ALL_ACCESS));
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, flush(self, b, self->mr[B]->rkey, 1024, FLUSH_GLOBAL,
 						FLUSH_RANGE));
-	/* An unknown placement type or level. */
+	/* An unknown placement type or level (rxe ignores them); beyond the FETH's bits, the
+	 * requester refuses it.
+	 */
 	ASSERT_EQ(0, connect_pair(self, QP_ACCESS));
 	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, flush(self, b, self->mr[B]->rkey, 1024, 4,
 						FLUSH_RANGE));
 	ASSERT_EQ(0, connect_pair(self, QP_ACCESS));
 	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, flush(self, b, self->mr[B]->rkey, 1024, FLUSH_GLOBAL,
 						2));
+	ASSERT_EQ(0, connect_pair(self, QP_ACCESS));
+	EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, flush(self, b, self->mr[B]->rkey, 1024, 0x11,
+					      FLUSH_RANGE));
 	/* Every error left the responder in ERR; a good FLUSH works after reconnecting. */
 	ASSERT_EQ(0, connect_pair(self, QP_ACCESS));
 	EXPECT_EQ(IBV_WC_SUCCESS, flush(self, b, self->mr[B]->rkey, 1024, FLUSH_GLOBAL,
@@ -222,20 +229,36 @@ TEST_F(fl, atomic_write_into_odp_memory_faults_it_in)
 
 TEST_F(fl, uc_qps_refuse_them)
 {
-	struct ibv_qp_init_attr_ex a = {
-		.send_cq = self->cq[A], .recv_cq = self->cq[A], .qp_type = IBV_QPT_UC,
-		.pd = self->d.pd,
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
-		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-		.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE,
-	};
-	struct ibv_qp *qp = ibv_create_qp_ex(self->d.ctx, &a);
+	struct ibv_qp *qp = make_qp(&self->d, self->cq[A], self->cq[A], IBV_QPT_UC, NULL);
+	struct ibv_qp_attr r = { .qp_state = IBV_QPS_RESET };
+	static const int ops[] = { IBV_WR_ATOMIC_WRITE, 14 /* IBV_WR_FLUSH */ };
+	struct rc_opts o = rc_default;
 
-	/* The provider refuses it (rxe's too): ATOMIC WRITE is an RC operation. */
-	EXPECT_EQ(NULL, qp);
-	if (qp)
-		ibv_destroy_qp(qp);
+	ASSERT_NE(NULL, qp);
+	o.uc = 1;
+	/*
+	 * The provider offers neither through ibv_qp_ex on UC; ibv_post_send passes the opcode
+	 * on as it is, and rodp completes it in error.
+	 */
+	for (int i = 0; i < 2; i++) {
+		struct ibv_wc wc;
+
+		ASSERT_EQ(0, ibv_modify_qp(qp, &r, IBV_QP_STATE));
+		ASSERT_EQ(0, rc_connect(qp, &self->d, self->qp[B]->qp_num, &self->d.gid, &o));
+		if (post_send(qp, ops[i], self->buf[A], 8, self->mr[A]->lkey,
+			      (uintptr_t)self->buf[B], self->mr[B]->rkey, 0, i)) {
+			/* A provider that refuses it at posting refuses it too. */
+			TH_LOG("opcode %d refused by the provider", ops[i]);
+			continue;
+		}
+		ASSERT_EQ(1, poll1(self->cq[A], &wc, 10000));
+		EXPECT_EQ(IBV_WC_LOC_QP_OP_ERR, wc.status);
+		EXPECT_EQ(i, wc.wr_id);
+	}
+	for (int i = 0; i < BUF; i++)
+		if (self->buf[B][i] != 0xaa)
+			ASSERT_EQ(0xaa, self->buf[B][i]);
+	ibv_destroy_qp(qp);
 }
 
 TEST_HARNESS_MAIN

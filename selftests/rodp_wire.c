@@ -618,9 +618,15 @@ TEST_F(wire, atomic_write_and_flush_are_served)
 	struct rc_opts o = *wire_opts();
 	uint64_t v = 0x8877665544332211ull, zero = 0, va = (uintptr_t)self->buf;
 	uint32_t q = self->qp->qp_num;
-	struct ibv_mr *fmr;
-	struct pkt w, p;
+	uint8_t *odp = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			    -1, 0);
+	struct ibv_mr *fmr, *odp_mr;
+	struct pkt w, p, a;
+	long dup;
 
+	ASSERT_NE(MAP_FAILED, odp);
+	odp_mr = ibv_reg_mr(self->d.pd, odp, 4 * 4096, ALL_ACCESS | IBV_ACCESS_ON_DEMAND);
+	ASSERT_NE(NULL, odp_mr);
 	o.access |= ACCESS_FLUSH_GLOBAL;
 	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
 	ASSERT_EQ(0, connect_peer(self, &o));
@@ -637,17 +643,35 @@ TEST_F(wire, atomic_write_and_flush_are_served)
 	reth(&p, va + 32768, fmr->rkey, 4096);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
 	EXPECT_ACK(&self->w, READ_RESP_ONLY, ACK_SYN, 1);
-	/* The ATOMIC WRITE again: a duplicate, acknowledged up to PSN 1, not executed. */
+	/* The ATOMIC WRITE again: a duplicate, answered as before, not executed. */
 	memcpy(self->buf + 64, &zero, 8);
+	dup = cnt("duplicate_request");
 	ASSERT_EQ(0, send_pkt(&self->w, &w, PEER_IP, 0));
-	EXPECT_ACK(&self->w, ACK, ACK_SYN, 1);
+	EXPECT_ACK(&self->w, READ_RESP_ONLY, ACK_SYN, 0);
 	EXPECT_EQ(0, memcmp(self->buf + 64, &zero, 8));
-	/* Unaligned: an invalid request NAK, the QP in error. */
+	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
+	/* Into ODP memory not mapped yet: an RNR NAK while the page is faulted in, then done. */
 	bth(&p, ATOMIC_WRITE, q, 2, 1);
+	reth(&p, (uintptr_t)odp + 8192, odp_mr->rkey, 8);
+	add(&p, &v, 8);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(ACK, a.b[0]);
+	EXPECT_EQ(0x20, a.b[12] & 0xe0) TH_LOG("syndrome 0x%x", a.b[12]);
+	for (int i = 0; i < 50 && a.b[0] == ACK; i++) {
+		usleep(20000);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	}
+	EXPECT_EQ(READ_RESP_ONLY, a.b[0]);
+	EXPECT_EQ(2, pkt_psn(&a));
+	EXPECT_EQ(0, memcmp(odp + 8192, &v, 8));
+	/* Unaligned: an invalid request NAK, the QP in error. */
+	bth(&p, ATOMIC_WRITE, q, 3, 1);
 	reth(&p, va + 68, self->mr->rkey, 8);
 	add(&p, &v, 8);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
-	EXPECT_ACK(&self->w, ACK, 0x61, 2);
+	EXPECT_ACK(&self->w, ACK, 0x61, 3);
 	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
 	/* A FLUSH through the fixture's MR, which has no FLUSH right: remote access NAK. */
 	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
@@ -659,6 +683,8 @@ TEST_F(wire, atomic_write_and_flush_are_served)
 	EXPECT_ACK(&self->w, ACK, 0x62, 0);
 	EXPECT_EQ(0, memcmp(self->buf + 64, &zero, 8));
 	ibv_dereg_mr(fmr);
+	ibv_dereg_mr(odp_mr);
+	munmap(odp, 4 * 4096);
 }
 
 /* Reads the requester's next packet, expecting op at psn. */
@@ -842,6 +868,7 @@ TEST_F(wire, requester_sends_atomic_write_and_flush)
 	uint64_t v = 0x0102030405060708ull;
 	struct ibv_wc wc;
 	struct pkt a, p;
+	long dropped;
 	uint32_t q;
 
 	ASSERT_NE(NULL, qp);
@@ -869,6 +896,7 @@ TEST_F(wire, requester_sends_atomic_write_and_flush)
 	EXPECT_EQ(0x78, get24(a.b + 25));
 	EXPECT_EQ(5000, get24(a.b + 29));
 	/* An empty READ response at another PSN, or one with data, is no answer; an ACK is. */
+	dropped = cnt("rcvd_dropped_pkts");
 	bth(&p, READ_RESP_ONLY, q, 0, 0);
 	aeth(&p, ACK_SYN, 1);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
@@ -877,6 +905,7 @@ TEST_F(wire, requester_sends_atomic_write_and_flush)
 	add(&p, &v, 8);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
 	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
+	EXPECT_EQ(dropped + 2, cnt("rcvd_dropped_pkts"));
 	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 1));
 	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);

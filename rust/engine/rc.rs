@@ -10,11 +10,13 @@
 //! [`Answer`] (a READ's data goes into a buffer there: the inbox never touches a requester's
 //! memory, which may need a fault) and schedules the requester, which completes the WQE on its
 //! own worker. No answer within the retransmission timer sends the message again, `retry_cnt`
-//! times; a READ whose response packets still arrive when the timer fires waits on (as rxe, whose
-//! completer restarts the timer with every packet), and a READ sent again asks only for what is
-//! missing, from the first response packet not received (IBTA 9.7.5.1.1); an RNR NAK waits for the peer's RNR timer, `rnr_retry` times (7: for ever); a PSN
-//! sequence NAK sends it again at once; any other NAK completes the WQE with the matching
-//! error.
+//! times; a READ whose response packets still arrive when the timer fires waits on (as rxe,
+//! whose completer restarts the timer with every packet), and a READ sent again asks only for
+//! what is missing, from the first response packet not received (IBTA 9.7.5.1.1); an RNR NAK
+//! waits for the peer's RNR timer, `rnr_retry` times (7: for ever); a PSN sequence NAK sends it
+//! again at once; any other NAK completes the WQE with the matching error. An ATOMIC WRITE or
+//! FLUSH is one packet, answered by an empty READ response (or an ACK); rxe does not keep a
+//! FLUSH for duplicates, so a lost answer from rxe ends in retries up to `retry_cnt`.
 //!
 //! **Responder.** A request packet ([`request`]) is taken only from the connected peer (the
 //! route's GID, with the QP number the packet names) and only at the expected PSN; a later PSN
@@ -826,6 +828,11 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                     Some(v) => atomic_ack(qp, tx.as_ref(), psn, msn, v),
                     None => return false,
                 }
+            }
+            // Answered again as the first time (rxe replays its resource), not executed.
+            Kind::Flush | Kind::AtomicWrite => {
+                drop(rq);
+                placed_ack(qp, tx.as_ref(), psn, msn);
             }
             _ => {
                 drop(rq);

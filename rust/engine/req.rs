@@ -229,6 +229,10 @@ fn execute(
             Some(b) => Some((b, 8)),
             None => return Exec::Done(WcStatus::LocLenErr, 0),
         },
+        // The FETH has 4 bits of placement type and 2 of level: more is no FLUSH.
+        WrOpcode::Flush if w.flush_type > 0xf || w.flush_level > 3 => {
+            return Exec::Done(WcStatus::LocQpOpErr, 0);
+        }
         WrOpcode::Flush => Some((&[][..], w.length as usize)),
         _ => None,
     };
@@ -379,7 +383,7 @@ fn execute(
                     }
                     rc::Step::Exec(e) => {
                         if let Exec::Sent = e {
-                            *moved = moved.saturating_add(len);
+                            *moved = moved.saturating_add(msg.carried());
                         }
                         e
                     }
@@ -456,7 +460,7 @@ fn deliver_mapped(
     moved: &mut usize,
 ) -> Option<Reply> {
     for _ in 0..DELIVERIES {
-        *moved = moved.saturating_add(msg.len);
+        *moved = moved.saturating_add(msg.carried());
         // `Reply::Wait` returns: the responder's fault work schedules this QP again.
         match deliver(dest, msg) {
             Reply::Retry => refault(segs, write).ok()?,

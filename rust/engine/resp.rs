@@ -467,10 +467,11 @@ pub(super) fn atomic(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
     }
 }
 
-/// A FLUSH (rxe's `process_flush`): an unknown placement type or level is an invalid request;
-/// the QP must allow each placement type asked for and the key grant it over the range, or at
-/// the MR level over everything it reaches, else it is a remote access error (a QP without
-/// the right is one for every operation in rodp; rxe calls it an invalid request). rodp places data with the CPU's own stores, so
+/// A FLUSH (rxe's `process_flush`): an unknown placement type or level is an invalid request
+/// (rxe ignores them); the QP must allow each placement type asked for and the key grant it
+/// over the range, or at the MR level over everything it reaches, else it is a remote access
+/// error (a QP without the right is one for every operation in rodp; rxe calls it an invalid
+/// request). rodp places data with the CPU's own stores, so
 /// making what came before globally visible is a full barrier; no MR has the persistent right
 /// (rodp does not offer it), so a persistent FLUSH is a remote access error.
 pub(super) fn flush(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {

@@ -196,7 +196,7 @@ u64 rodp_helper_atomic64_fetch_add(u64 *p, u64 add)
 /* ATOMIC WRITE: the 8 bytes land at once, after everything written before them (as rxe). */
 void rodp_helper_atomic64_store_release(u64 *p, u64 v)
 {
-	smp_store_release(p, v);
+	atomic64_set_release((atomic64_t *)p, (s64)v);
 }
 
 struct workqueue_struct *rodp_helper_alloc_workqueue(const char *name, unsigned int flags)
