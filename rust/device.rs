@@ -14,7 +14,7 @@ use crate::{
         event::Events,
         hw_stats::{DriverAttrs, MrCounters, StatDesc},
         link::{self, Link},
-        netdev::{self, ib_mtu_for},
+        netdev::{self, ib_mtu_for, NetDevRef},
         udata::Udata,
         verbs::{
             advise_flags, device_cap, srq_type, Advice, Notify, QpAttr, QpInit, RecvWr, Route,
@@ -110,6 +110,21 @@ pub(crate) struct Rodp {
 
 /// A rodp device as ib_core's callbacks see it.
 pub(crate) type Device = ib::Device<Rodp>;
+
+/// The netdev of the device whose objects are `tables`, if it still has one. Takes the list
+/// of devices' lock.
+pub(crate) fn netdev_of(tables: &Arc<Tables>) -> Option<NetDevRef> {
+    Device::find_map(|d| Arc::ptr_eq(&d.tables, tables).then(|| d.netdev(1))).flatten()
+}
+
+/// Leaves the IP multicast group of `mgid` on `ndev` (a group's last member is gone). A
+/// netdev that is gone took its memberships with it.
+pub(crate) fn leave_group(ndev: Option<&NetDev>, mgid: &[u8; 16]) {
+    if let Some(n) = ndev {
+        // Fails only for a group the netdev no longer has (its addresses went away).
+        let _ = n.mc_group(mgid, false);
+    }
+}
 /// A user context of a rodp device.
 pub(crate) type UContext = ib::object::UContext<Rodp>;
 /// A PD of a rodp device.
@@ -520,11 +535,19 @@ impl ib::Driver for Rodp {
         if qp.shared.qp_type != ib::verbs::QpType::Ud {
             return Err(EINVAL);
         }
-        dev.tables.groups.attach(mgid, qp.shared.qpn)
+        // The netdev joins the group's IP multicast group with its first member, so that
+        // datagrams sent to it from other hosts arrive (rxe leaves that to rdma_cm).
+        let ndev = dev.netdev(1).ok_or(ENODEV)?;
+        dev.tables
+            .groups
+            .attach(mgid, qp.shared.qpn, |g| ndev.mc_group(g, true))
     }
 
     fn detach_mcast(dev: &Device, qp: &qp::Qp, mgid: &[u8; 16]) -> Result {
-        dev.tables.groups.detach(mgid, qp.shared.qpn)
+        let ndev = dev.netdev(1);
+        dev.tables
+            .groups
+            .detach(mgid, qp.shared.qpn, |g| leave_group(ndev.as_deref(), g))
     }
 
     fn sysfs_stat(dev: &Device, index: usize) -> u64 {

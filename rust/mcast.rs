@@ -69,8 +69,9 @@ struct State {
 }
 
 impl State {
-    /// Removes QP `qpn` from group `mgid` and refunds `user` (the attachment has left `by_qp`).
-    fn unlink(&mut self, mgid: &[u8; 16], qpn: u32, user: User) {
+    /// Removes QP `qpn` from group `mgid` and refunds `user` (the attachment has left
+    /// `by_qp`); calls `leave` when the group goes with it.
+    fn unlink(&mut self, mgid: &[u8; 16], qpn: u32, user: User, leave: &mut impl FnMut(&[u8; 16])) {
         if let Some(members) = self.groups.get_mut(mgid) {
             if let Some(i) = members.iter().position(|m| m.qpn == qpn) {
                 let last = members.len() - 1;
@@ -80,6 +81,7 @@ impl State {
             if members.is_empty() {
                 self.groups.remove(mgid);
                 self.num_groups -= 1;
+                leave(mgid);
             }
         }
         if let Some(n) = self.users.get_mut(&user) {
@@ -96,7 +98,9 @@ impl State {
 ///
 /// The lock is the device's, held for a lookup and a copy of at most [`MAX_QP_ATTACH`] QP
 /// numbers on a send, and for logarithmic steps (per attachment of the QP, on its destruction)
-/// otherwise; nothing allocates under it.
+/// otherwise; nothing allocates under it. A group's first attachment and its last detachment
+/// call the caller's `join` and `leave` under it too (the netdev's IP membership: RTNL nests
+/// inside this lock), so that memberships follow the groups in order.
 #[pin_data]
 pub(crate) struct Groups {
     #[pin]
@@ -118,12 +122,24 @@ impl Groups {
     }
 
     /// Attaches QP `qpn` to group `mgid` for the calling user; attaching twice is not an
-    /// error. `ENOMEM` past a limit (as rxe).
-    pub(crate) fn attach(&self, mgid: &[u8; 16], qpn: u32) -> Result {
-        self.attach_as(mgid, qpn, User::current())
+    /// error. `ENOMEM` past a limit (as rxe). When the group is new, `join` runs first and
+    /// its error refuses the attachment.
+    pub(crate) fn attach(
+        &self,
+        mgid: &[u8; 16],
+        qpn: u32,
+        join: impl FnOnce(&[u8; 16]) -> Result,
+    ) -> Result {
+        self.attach_as(mgid, qpn, User::current(), join)
     }
 
-    fn attach_as(&self, mgid: &[u8; 16], qpn: u32, user: User) -> Result {
+    fn attach_as(
+        &self,
+        mgid: &[u8; 16],
+        qpn: u32,
+        user: User,
+        join: impl FnOnce(&[u8; 16]) -> Result,
+    ) -> Result {
         if !Gid(*mgid).is_multicast() {
             return Err(EINVAL);
         }
@@ -155,6 +171,7 @@ impl Groups {
             Some(g) => g.push_within_capacity(member).map_err(|_| ENOMEM)?,
             None => {
                 members.push_within_capacity(member).map_err(|_| ENOMEM)?;
+                join(mgid)?;
                 s.groups.insert(group_node.into_node(*mgid, members));
                 s.num_groups += 1;
             }
@@ -170,16 +187,23 @@ impl Groups {
         Ok(())
     }
 
-    /// Detaches QP `qpn` from group `mgid`; `EINVAL` if it is not attached.
-    pub(crate) fn detach(&self, mgid: &[u8; 16], qpn: u32) -> Result {
+    /// Detaches QP `qpn` from group `mgid`; `EINVAL` if it is not attached. `leave` runs when
+    /// the group loses its last member.
+    pub(crate) fn detach(
+        &self,
+        mgid: &[u8; 16],
+        qpn: u32,
+        mut leave: impl FnMut(&[u8; 16]),
+    ) -> Result {
         let mut s = self.state.lock();
         let user = s.by_qp.remove(&(qpn, *mgid)).ok_or(EINVAL)?;
-        s.unlink(mgid, qpn, user);
+        s.unlink(mgid, qpn, user, &mut leave);
         Ok(())
     }
 
-    /// Detaches QP `qpn` from every group (the QP is being destroyed).
-    pub(crate) fn detach_qp(&self, qpn: u32) {
+    /// Detaches QP `qpn` from every group (the QP is being destroyed), with `leave` as for
+    /// [`Groups::detach`].
+    pub(crate) fn detach_qp(&self, qpn: u32, mut leave: impl FnMut(&[u8; 16])) {
         let mut s = self.state.lock();
         while let Some(cursor) = s.by_qp.cursor_lower_bound_mut(&(qpn, [0; 16])) {
             let (&(n, mgid), &user) = cursor.current();
@@ -187,7 +211,7 @@ impl Groups {
                 break;
             }
             cursor.remove_current();
-            s.unlink(&mgid, qpn, user);
+            s.unlink(&mgid, qpn, user, &mut leave);
         }
     }
 
@@ -217,26 +241,60 @@ mod tests {
         Ok(v)
     }
 
+    /// No IP membership (the tests run without a netdev).
+    fn none(_: &[u8; 16]) -> Result {
+        Ok(())
+    }
+
     #[test]
     fn attach_detach_and_limits() -> Result {
         let g = KBox::pin_init(Groups::new(), GFP_KERNEL)?;
         let mut unicast = G1;
         unicast[0] = 0xfe;
-        assert_eq!(g.attach(&unicast, 16), Err(EINVAL));
-        g.attach(&G1, 16)?;
-        g.attach(&G1, 16)?;
-        g.attach(&G1, 17)?;
-        g.attach(&G2, 17)?;
+        assert_eq!(g.attach(&unicast, 16, none), Err(EINVAL));
+        g.attach(&G1, 16, none)?;
+        g.attach(&G1, 16, none)?;
+        g.attach(&G1, 17, none)?;
+        g.attach(&G2, 17, none)?;
         assert_eq!(attached(&g, &G1)?.len(), 2);
         assert_eq!(attached(&g, &G2)?.as_slice(), &[17]);
-        g.detach(&G1, 16)?;
-        assert_eq!(g.detach(&G1, 16), Err(EINVAL));
-        g.detach_qp(17);
+        g.detach(&G1, 16, |_| ())?;
+        assert_eq!(g.detach(&G1, 16, |_| ()), Err(EINVAL));
+        g.detach_qp(17, |_| ());
         assert!(attached(&g, &G1)?.is_empty() && attached(&g, &G2)?.is_empty());
         for q in 0..MAX_QP_ATTACH {
-            g.attach(&G1, 100 + q)?;
+            g.attach(&G1, 100 + q, none)?;
         }
-        assert_eq!(g.attach(&G1, 1), Err(ENOMEM));
+        assert_eq!(g.attach(&G1, 1, none), Err(ENOMEM));
+        Ok(())
+    }
+
+    /// A group's netdev membership is joined with its first member and left with its last,
+    /// once each; a join that fails refuses the attachment and leaves no group behind.
+    #[test]
+    fn memberships_follow_the_groups() -> Result {
+        let g = KBox::pin_init(Groups::new(), GFP_KERNEL)?;
+        let (mut joins, mut leaves) = (KVec::<[u8; 16]>::new(), KVec::<[u8; 16]>::new());
+        let mut join = |m: &[u8; 16]| joins.push(*m, GFP_KERNEL).map_err(|_| ENOMEM);
+        g.attach(&G1, 16, &mut join)?;
+        g.attach(&G1, 17, &mut join)?;
+        g.attach(&G1, 17, &mut join)?;
+        g.attach(&G2, 17, &mut join)?;
+        assert_eq!(joins.as_slice(), &[G1, G2]);
+        g.detach(&G1, 16, |m| {
+            let _ = leaves.push(*m, GFP_KERNEL);
+        })?;
+        assert!(leaves.is_empty());
+        g.detach_qp(17, |m| {
+            let _ = leaves.push(*m, GFP_KERNEL);
+        });
+        assert_eq!(leaves.len(), 2);
+        assert!(leaves.contains(&G1) && leaves.contains(&G2));
+        assert_eq!(g.attach(&G1, 18, |_| Err(ENODEV)), Err(ENODEV));
+        assert!(attached(&g, &G1)?.is_empty());
+        assert_eq!(g.detach(&G1, 18, |_| ()), Err(EINVAL));
+        let s = g.state.lock();
+        assert_eq!((s.num_groups, s.total, s.users.iter().count()), (0, 0, 0));
         Ok(())
     }
 
@@ -246,34 +304,34 @@ mod tests {
         let (a, b, root) = (User(1000), User(1001), User(0));
         // One group: a user takes half of it, another user still joins, root fills it.
         for q in 0..MAX_USER_QP_ATTACH {
-            g.attach_as(&G1, 100 + q, a)?;
+            g.attach_as(&G1, 100 + q, a, none)?;
         }
-        assert_eq!(g.attach_as(&G1, 1, a), Err(ENOMEM));
-        g.attach_as(&G1, 1, b)?;
+        assert_eq!(g.attach_as(&G1, 1, a, none), Err(ENOMEM));
+        g.attach_as(&G1, 1, b, none)?;
         for q in 1 + MAX_USER_QP_ATTACH..MAX_QP_ATTACH {
-            g.attach_as(&G1, 200 + q, root)?;
+            g.attach_as(&G1, 200 + q, root, none)?;
         }
-        assert_eq!(g.attach_as(&G1, 2, root), Err(ENOMEM));
+        assert_eq!(g.attach_as(&G1, 2, root, none), Err(ENOMEM));
         // Many groups: a user's total is capped, another user's is not touched.
         let mut mgid = G2;
         for i in 0..MAX_USER_ATTACH - MAX_USER_QP_ATTACH {
             mgid[13..15].copy_from_slice(&(i as u16).to_be_bytes());
-            g.attach_as(&mgid, 7, a)?;
+            g.attach_as(&mgid, 7, a, none)?;
         }
         mgid[13..15].copy_from_slice(&[0xff, 0xff]);
-        assert_eq!(g.attach_as(&mgid, 7, a), Err(ENOMEM));
-        g.attach_as(&mgid, 8, b)?;
+        assert_eq!(g.attach_as(&mgid, 7, a, none), Err(ENOMEM));
+        g.attach_as(&mgid, 8, b, none)?;
         // Destroying the QP detaches it everywhere and refunds its user.
-        g.detach_qp(7);
+        g.detach_qp(7, |_| ());
         assert_eq!(
             g.state.lock().users.get(&a).copied(),
             Some(MAX_USER_QP_ATTACH)
         );
-        g.attach_as(&mgid, 7, a)?;
+        g.attach_as(&mgid, 7, a, none)?;
         for q in 0..MAX_USER_QP_ATTACH {
-            g.detach(&G1, 100 + q)?;
+            g.detach(&G1, 100 + q, |_| ())?;
         }
-        g.detach_qp(7);
+        g.detach_qp(7, |_| ());
         assert!(g.state.lock().users.get(&a).is_none());
         let s = g.state.lock();
         assert_eq!(

@@ -750,7 +750,12 @@ impl Qp {
         s.rq.lock().queue = None;
         // The requesters waiting for this QP's fault run again and find it gone.
         crate::engine::forget_faults(s);
-        s.tables.groups.detach_qp(s.qpn);
+        if s.qp_type.is_ud() {
+            let ndev = crate::device::netdev_of(&s.tables);
+            s.tables
+                .groups
+                .detach_qp(s.qpn, |g| crate::device::leave_group(ndev.as_deref(), g));
+        }
         s.tables.qps.remove(s.qpn);
     }
 

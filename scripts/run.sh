@@ -4,6 +4,9 @@
 #   scripts/run.sh demo|check|bench   runs selftests/guest/<name>.sh in the guest
 #   scripts/run.sh check2             only the two-guest phase (selftests/guest/check2.sh in
 #                                     two guests linked by one virtio-net NIC each)
+#   RODP_BENCH_HOSTS=1|2|"1 2"        `bench`: the one-guest benchmark (bench.sh), the two-guest
+#                                     one (bench2.sh, in check2's pair of guests), or both
+#                                     (default)
 #   RODP_TESTS=glob                   `check` runs only the selftests matching glob (in two
 #                                     guests at once, A and B: see split); the
 #                                     two-guest phase runs after them when
@@ -75,8 +78,9 @@ cp "$RODP_TOP/selftests/guest/init.sh" "$share/guest-init"
 cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/tools.sh" \
 	"$RODP_TOP/selftests/guest/pyverbs.sh" "$RODP_TOP/selftests/pyverbs-gaps" \
 	"$RODP_TOP/selftests/pyverbs-must-pass" "$RODP_TOP/selftests/guest/peer.py" \
-	"$RODP_TOP/selftests/guest/$task.sh" "$share/"
+	"$RODP_TOP/selftests/guest/pair.sh" "$RODP_TOP/selftests/guest/$task.sh" "$share/"
 [ "$task" = check ] && cp "$RODP_TOP/selftests/guest/check2.sh" "$share/"
+[ "$task" = bench ] && cp "$RODP_TOP/selftests/guest/bench2.sh" "$share/"
 cp -a "$RODP_TOP/selftests/build" "$share/tests"
 printf '%s\n' "$limit" > "$share/limit"
 # RODP_* settings reach the guest scripts (lib.sh reads them).
@@ -215,21 +219,22 @@ split() {
 	return $rc
 }
 
-# The two-guest phase: guests A and B, one vCPU each (two host cores), one virtio-net NIC each
-# joined by a socket netdev on the host's loopback (A listens, B connects), nothing else.
+# The two-guest phase (TASK2: check2 or bench2): guests A and B, one vCPU each (two host
+# cores), one virtio-net NIC each joined by a socket netdev on the host's loopback (A listens,
+# B connects), nothing else.
 pair() {
-	local a b loga logb port pa pb rc=0
+	local task2=$1 a b loga logb port pa pb rc=0
 	limit2=$((limit2 < limit ? limit2 : limit))
-	a=$(guest_share a check2)
-	b=$(guest_share b check2)
+	a=$(guest_share a "$task2")
+	b=$(guest_share b "$task2")
 	echo a > "$a/role"
 	echo b > "$b/role"
 	echo "$limit2" > "$a/limit"
 	echo "$limit2" > "$b/limit"
-	loga=$(logname check2a)
-	logb=$(logname check2b)
+	loga=$(logname "${task2}a")
+	logb=$(logname "${task2}b")
 	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-	log "booting two guests ($accel) for 'check2', link on 127.0.0.1:$port; serial logs: $loga $logb"
+	log "booting two guests ($accel) for '$task2', link on 127.0.0.1:$port; serial logs: $loga $logb"
 	qemu_cmd "$a" 2G 1
 	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" \
 		-netdev "socket,id=n0,listen=127.0.0.1:$port" \
@@ -257,7 +262,7 @@ pair() {
 	wait $pa || true
 	wait $pb || true
 	for g in a b; do
-		sed -n '/^RODP-GUEST-UP/,$p' "$(logname check2$g)" | grep -v '^\[' | sed "s/^/$g| /"
+		sed -n '/^RODP-GUEST-UP/,$p' "$(logname "$task2$g")" | grep -v '^\[' | sed "s/^/$g| /"
 	done
 	for d in "$a" "$b"; do
 		[ "$(cat "$d/rc" 2>/dev/null || echo 124)" = 0 ] || rc=1
@@ -280,10 +285,13 @@ wants_pair() {
 
 rc=0
 case $task in
-check2) timed "check2 phase" pair || rc=$? ;;
+check2) timed "check2 phase" pair check2 || rc=$? ;;
 check)
 	timed "guests A and B (wall)" split || rc=$?
-	if wants_pair; then timed "check2 phase" pair || rc=1; fi ;;
+	if wants_pair; then timed "check2 phase" pair check2 || rc=1; fi ;;
+bench)
+	case " ${RODP_BENCH_HOSTS:-1 2} " in *" 1 "*) single || rc=$? ;; esac
+	case " ${RODP_BENCH_HOSTS:-1 2} " in *" 2 "*) pair bench2 || rc=1 ;; esac ;;
 *) single || rc=$? ;;
 esac
 case $task in

@@ -328,6 +328,33 @@ static int ud_send_to(FIXTURE_DATA(ud) *self, struct ibv_ah *ah, uint32_t qpn, u
 	return ibv_post_send(self->qp[0], &wr, &bad);
 }
 
+/*
+ * Whether the netdevs of this namespace are members of the IP multicast group of the
+ * multicast GID g: /proc/net/igmp lists IPv4 groups as the address's 32 bits in host order,
+ * /proc/net/igmp6 IPv6 groups as 32 hex digits.
+ */
+static int ip_member(const union ibv_gid *g)
+{
+	int v4 = !memcmp(g->raw, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12), found = 0;
+	FILE *f = fopen(v4 ? "/proc/net/igmp" : "/proc/net/igmp6", "r");
+	char want[33], line[256];
+	uint32_t a;
+
+	if (!f)
+		return -1;
+	if (v4) {
+		memcpy(&a, g->raw + 12, 4);
+		snprintf(want, sizeof(want), "%08X", a);
+	} else {
+		for (int i = 0; i < 16; i++)
+			snprintf(want + 2 * i, 3, "%02x", g->raw[i]);
+	}
+	while (fgets(line, sizeof(line), f))
+		found |= !!strstr(line, want);
+	fclose(f);
+	return found;
+}
+
 TEST_F(ud, multicast_reaches_attached_qps)
 {
 	/* ::ffff:224.0.1.1, the group rdma_cm would join for 224.0.1.1 on RoCEv2. */
@@ -343,8 +370,11 @@ TEST_F(ud, multicast_reaches_attached_qps)
 	EXPECT_NE(0, ibv_attach_mcast(rc, &mgid, 0));
 	EXPECT_NE(0, ibv_attach_mcast(self->qp[1], &self->d.gid, 0));
 	ibv_destroy_qp(rc);
+	EXPECT_EQ(0, ip_member(&mgid));
 	ASSERT_EQ(0, ibv_attach_mcast(self->qp[1], &mgid, 0));
 	ASSERT_EQ(0, ibv_attach_mcast(self->qp[1], &mgid, 0));
+	/* The netdev joined the IP group (for members on other hosts), once. */
+	EXPECT_EQ(1, ip_member(&mgid));
 	a.grh.dgid = mgid;
 	a.grh.sgid_index = self->d.gid_index;
 	a.grh.hop_limit = 1;
@@ -369,12 +399,52 @@ TEST_F(ud, multicast_reaches_attached_qps)
 	/* Detached: the datagram reaches nobody, the send still completes. */
 	EXPECT_EQ(0, ibv_detach_mcast(self->qp[1], &mgid, 0));
 	EXPECT_NE(0, ibv_detach_mcast(self->qp[1], &mgid, 0));
+	EXPECT_EQ(0, ip_member(&mgid));
 	ASSERT_EQ(0, post_recv(self->qp[1], self->buf + 4096, 2048, self->mr->lkey, 3));
 	ASSERT_EQ(0, ud_send_to(self, mah, 0xffffff, 500));
 	ASSERT_EQ(1, poll1(self->cq, &wc, 10000));
 	EXPECT_EQ(IBV_WC_SEND, wc.opcode);
 	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
 	ibv_destroy_ah(mah);
+}
+
+/*
+ * The netdev's IP membership follows the group: joined with the first attached QP (an IPv6
+ * group here), kept while one is attached, left with the last; a process that exits attached
+ * leaves it too (ib_core detaches for it).
+ */
+TEST_F(ud, ip_membership_follows_the_group)
+{
+	union ibv_gid g6 = { .raw = { 0xff, 0x0e, [13] = 1, [15] = 2 } };
+	union ibv_gid g4 = { .raw = { [10] = 0xff, [11] = 0xff, 239, 255, 18, 3 } };
+	pid_t pid;
+	int st;
+
+	ASSERT_EQ(0, ip_member(&g6));
+	ASSERT_EQ(0, ibv_attach_mcast(self->qp[0], &g6, 0));
+	ASSERT_EQ(0, ibv_attach_mcast(self->qp[1], &g6, 0));
+	EXPECT_EQ(1, ip_member(&g6));
+	EXPECT_EQ(0, ibv_detach_mcast(self->qp[0], &g6, 0));
+	EXPECT_EQ(1, ip_member(&g6));
+	EXPECT_EQ(0, ibv_detach_mcast(self->qp[1], &g6, 0));
+	EXPECT_EQ(0, ip_member(&g6));
+
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct ibv_qp *qp;
+		struct ibv_cq *cq;
+		struct dev d;
+
+		if (dev_open(&d, "rodp0"))
+			_exit(1);
+		cq = ibv_create_cq(d.ctx, 4, NULL, NULL, 0);
+		qp = cq ? make_qp(&d, cq, cq, IBV_QPT_UD, NULL) : NULL;
+		_exit(!qp || ibv_attach_mcast(qp, &g4, 0) || ip_member(&g4) != 1);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
+	EXPECT_EQ(0, ip_member(&g4));
 }
 
 TEST_F(ud, wrong_qkey_is_dropped)

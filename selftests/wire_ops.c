@@ -7,15 +7,40 @@
  * compares; then the server compares its own memory. The two exchange QP number, GID,
  * address and key over TCP port 18516. Exit status 0 when every completion and every word
  * is right.
+ *
+ * With -v on both sides, the peer vanishes instead: the client WRITEs 4 KiB (it must arrive),
+ * then the server takes the netdev of its GID down for VANISH_S seconds; the client's next
+ * WRITE must end in IBV_WC_RETRY_EXC_ERR, with the QP in the error state, no sooner than
+ * retry_cnt + 1 timeouts and no later than four times that (IBTA lets the timer run up to four
+ * times the QP's timeout) plus a second of slack for the emulated guests.
+ *
+ * With -m on both sides, UD multicast without rdma_cm: the server attaches a UD QP to the
+ * group ::ffff:239.255.18.2 with ibv_attach_mcast alone (the device itself must make its
+ * netdev join the IP group) and posts MC_N receives; the client sends MC_N datagrams to the
+ * group (QP 0xffffff); the server checks each one's data and the GRH's source (the client's
+ * GID) and destination (the group).
  */
 #include <getopt.h>
+#include <net/if.h>
 #include <netdb.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include "rodp_verbs.h"
 
 #define PORT 18516
 #define LEN 65536
 #define WORDS 16
+#define MC_N 8
+#define MC_LEN 256
+#define MC_QKEY 0x1e55ed
+/* ::ffff:239.255.18.2, an organization-local IPv4 group (RFC 2365). */
+static const union ibv_gid mc_group = {
+	.raw = { [10] = 0xff, [11] = 0xff, 239, 255, 18, 2 }
+};
+#define VANISH_S 6
+/* The client's QP in vanish mode: 4.096 us * 2^14 = 67 ms per try, 4 tries. */
+#define VANISH_TIMEOUT 14
+#define VANISH_RETRY 3
 /* Word i goes to offset OFF(i): spread over the first pages, 8-byte aligned. */
 #define OFF(i) (64 + (i) * 1000 / 8 * 8)
 
@@ -123,6 +148,194 @@ static int client(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv
 	return bad;
 }
 
+/* Sets or clears IFF_UP on the netdev with index ifindex. */
+static int link_set(int ifindex, int up)
+{
+	struct ifreq r = {};
+	int s = socket(AF_INET, SOCK_DGRAM, 0), ret = -1;
+
+	if (s < 0 || !if_indextoname(ifindex, r.ifr_name))
+		goto out;
+	if (ioctl(s, SIOCGIFFLAGS, &r))
+		goto out;
+	r.ifr_flags = up ? r.ifr_flags | IFF_UP : r.ifr_flags & ~IFF_UP;
+	ret = ioctl(s, SIOCSIFFLAGS, &r);
+out:
+	if (s >= 0)
+		close(s);
+	return ret;
+}
+
+static int post_write(struct ibv_qp *qp, uint64_t wr_id, struct ibv_mr *mr, void *buf,
+		      const struct info *srv)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 4096, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+				  .wr.rdma = { .remote_addr = srv->addr, .rkey = srv->rkey } }, *bad;
+
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* The client's half of -v: see the comment at the top. */
+static int vanish_client(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf,
+			 struct ibv_mr *mr, const struct info *srv)
+{
+	long try_ms = (4096L << VANISH_TIMEOUT) / 1000000, t0, el;
+	long lo = (VANISH_RETRY + 1) * try_ms * 9 / 10;
+	long hi = (VANISH_RETRY + 1) * try_ms * 4 + 1000;
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr a;
+	struct ibv_wc wc;
+	char k = 0;
+
+	memset(buf, 0xa5, 4096);
+	if (post_write(qp, 1, mr, buf, srv))
+		return fail("post write");
+	if (wait_wc(cq, 1, IBV_WC_RDMA_WRITE, "write before the peer vanishes"))
+		return 1;
+	if (write(s, "w", 1) != 1 || read(s, &k, 1) != 1 || k != 'k')
+		return fail("vanish handshake");
+	/* The server takes its link down 300 ms after its answer. */
+	sleep(1);
+	t0 = now_ms();
+	if (post_write(qp, 2, mr, buf, srv))
+		return fail("post write");
+	if (poll1(cq, &wc, hi + 10000) != 1) {
+		fprintf(stderr, "wire_ops: no completion %ld ms after the peer vanished\n", hi + 10000);
+		return 1;
+	}
+	el = now_ms() - t0;
+	printf("wire_ops: peer vanished: status %s after %ld ms (timeout %d, retry_cnt %d: %ld..%ld ms)\n",
+	       ibv_wc_status_str(wc.status), el, VANISH_TIMEOUT, VANISH_RETRY, lo, hi);
+	if (wc.status != IBV_WC_RETRY_EXC_ERR || wc.wr_id != 2 || el < lo || el > hi)
+		return 1;
+	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &init) || a.qp_state != IBV_QPS_ERR) {
+		fprintf(stderr, "wire_ops: QP state %d after RETRY_EXC_ERR\n", a.qp_state);
+		return 1;
+	}
+	return 0;
+}
+
+/* The server's half of -v: the netdev of the GID in use goes down for VANISH_S seconds. */
+static int vanish_server(int s, struct dev *d)
+{
+	struct ibv_gid_entry e;
+	char w = 0;
+	int ret;
+
+	if (ibv_query_gid_ex(d->ctx, 1, d->gid_index, &e, 0))
+		return fail("query gid");
+	if (read(s, &w, 1) != 1 || w != 'w' || write(s, "k", 1) != 1)
+		return fail("vanish handshake");
+	usleep(300000);
+	if (link_set(e.ndev_ifindex, 0))
+		return fail("link down");
+	sleep(VANISH_S);
+	ret = link_set(e.ndev_ifindex, 1);
+	printf("wire_ops: link of GID %d down for %d s\n", d->gid_index, VANISH_S);
+	return ret ? fail("link up") : 0;
+}
+
+/* -m: see the comment at the top. */
+static int mcast(struct dev *d, const char *host)
+{
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	struct info mine = { .gid = d->gid }, theirs;
+	uint8_t *buf = calloc(MC_N, 40 + MC_LEN);
+	int s, bad = 0;
+	char r = 0;
+
+	cq = ibv_create_cq(d->ctx, 2 * MC_N, NULL, NULL, 0);
+	qp = cq ? make_qp(d, cq, cq, IBV_QPT_UD, NULL) : NULL;
+	if (!buf || !qp || ud_ready(qp, MC_QKEY))
+		return fail("UD QP");
+	mr = ibv_reg_mr(d->pd, buf, MC_N * (40 + MC_LEN), IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		return fail("register MR");
+	mine.qpn = qp->qp_num;
+	if (!host) {
+		if (ibv_attach_mcast(qp, &mc_group, 0))
+			return fail("attach");
+		for (int i = 0; i < MC_N; i++)
+			if (post_recv(qp, buf + i * (40 + MC_LEN), 40 + MC_LEN, mr->lkey, i))
+				return fail("post recv");
+	}
+	s = tcp(host);
+	if (s < 0 || xchg(s, &mine, &theirs))
+		return fail("exchange");
+	if (host) {
+		struct ibv_ah_attr a = { .is_global = 1, .port_num = 1 };
+		struct ibv_ah *ah;
+
+		a.grh.dgid = mc_group;
+		a.grh.sgid_index = d->gid_index;
+		a.grh.hop_limit = 1;
+		ah = ibv_create_ah(d->pd, &a);
+		if (!ah)
+			return fail("create AH");
+		for (int i = 0; i < MC_N; i++) {
+			struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = MC_LEN,
+					       .lkey = mr->lkey };
+			struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1,
+						  .opcode = IBV_WR_SEND,
+						  .send_flags = IBV_SEND_SIGNALED }, *b;
+
+			fill(buf, MC_LEN, i);
+			wr.wr.ud.ah = ah;
+			wr.wr.ud.remote_qpn = 0xffffff;
+			wr.wr.ud.remote_qkey = MC_QKEY;
+			if (ibv_post_send(qp, &wr, &b))
+				return fail("post send");
+			bad |= wait_wc(cq, i, IBV_WC_SEND, "multicast send");
+			/* Paced: the receiver drains at the emulator's speed. */
+			usleep(20000);
+		}
+		if (write(s, bad ? "f" : "d", 1) != 1 || read(s, &r, 1) != 1 || r != 'd')
+			bad = 1;
+		ibv_destroy_ah(ah);
+	} else {
+		for (int i = 0; i < MC_N; i++) {
+			uint8_t want[MC_LEN], *got;
+
+			if (poll1(cq, &wc, 20000) != 1) {
+				fprintf(stderr, "wire_ops: %d of %d datagrams received\n", i, MC_N);
+				bad = 1;
+				break;
+			}
+			got = buf + wc.wr_id * (40 + MC_LEN);
+			fill(want, MC_LEN, i);
+			if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV ||
+			    wc.byte_len != 40 + MC_LEN || wc.wr_id != (uint64_t)i ||
+			    !(wc.wc_flags & IBV_WC_GRH) || wc.src_qp != theirs.qpn ||
+			    memcmp(got + 40, want, MC_LEN) ||
+			    memcmp(got + 32, theirs.gid.raw + 12, 4) ||
+			    memcmp(got + 36, mc_group.raw + 12, 4)) {
+				fprintf(stderr, "wire_ops: datagram %d: status %d, %u bytes, wr_id %llu, source QP %u\n",
+					i, wc.status, wc.byte_len, (unsigned long long)wc.wr_id,
+					wc.src_qp);
+				bad = 1;
+			}
+		}
+		if (read(s, &r, 1) != 1 || r != 'd')
+			bad = 1;
+		if (write(s, bad ? "f" : "d", 1) != 1)
+			bad = 1;
+		ibv_detach_mcast(qp, &mc_group, 0);
+	}
+	printf("wire_ops: %s: %d multicast datagrams: %s\n", host ? "client" : "server", MC_N,
+	       bad ? "FAILED" : "ok");
+	close(s);
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	free(buf);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	const char *devname = NULL, *host = NULL;
@@ -133,15 +346,19 @@ int main(int argc, char **argv)
 	struct ibv_mr *mr;
 	struct dev d;
 	uint8_t *buf;
-	int c, s, bad = 0, gid_index = -1;
+	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0;
 
-	while ((c = getopt(argc, argv, "d:g:c:")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:c:vm")) != -1) {
 		if (c == 'd')
 			devname = optarg;
 		else if (c == 'g')
 			gid_index = atoi(optarg);
 		else if (c == 'c')
 			host = optarg;
+		else if (c == 'v')
+			vanish = 1;
+		else if (c == 'm')
+			mc = 1;
 		else
 			return 2;
 	}
@@ -154,6 +371,11 @@ int main(int argc, char **argv)
 		d.gid_index = gid_index;
 		if (ibv_query_gid(d.ctx, 1, gid_index, &d.gid))
 			return fail("query gid");
+	}
+	if (mc) {
+		bad = mcast(&d, host);
+		dev_close(&d);
+		return bad;
 	}
 	buf = aligned_alloc(4096, LEN);
 	if (!buf)
@@ -174,11 +396,30 @@ int main(int argc, char **argv)
 	if (s < 0 || xchg(s, &mine, &theirs))
 		return fail("exchange");
 	o.access = ALL_ACCESS | ACCESS_FLUSH_GLOBAL;
+	if (vanish) {
+		o.timeout = VANISH_TIMEOUT;
+		o.retry_cnt = VANISH_RETRY;
+	}
 	if (rc_connect(qp, &d, theirs.qpn, &theirs.gid, &o))
 		return fail("connect");
 	/* Both ready before the client sends. */
 	if (write(s, "r", 1) != 1 || read(s, &c, 1) != 1)
 		return fail("sync");
+	if (vanish) {
+		bad = host ? vanish_client(s, qp, cq, buf, mr, &theirs) : vanish_server(s, &d);
+		if (!bad && !host) {
+			/* The client's verdict, once the link is back (TCP mends the gap). */
+			char r = 0;
+
+			if (read(s, &r, 1) != 1 || r != 'd')
+				bad = fail("client failed");
+		} else if (host && write(s, bad ? "f" : "d", 1) != 1) {
+			bad = fail("report");
+		}
+		printf("wire_ops: %s: peer vanished: %s\n", host ? "client" : "server",
+		       bad ? "FAILED" : "ok");
+		goto out;
+	}
 	if (host) {
 		bad = client(qp, cq, buf, mr, &theirs);
 		if (write(s, bad ? "f" : "d", 1) != 1)
@@ -199,6 +440,7 @@ int main(int argc, char **argv)
 	}
 	printf("wire_ops: %s: %d atomic writes, 2 flushes, 1 read: %s\n", host ? "client" :
 	       "server", WORDS, bad ? "FAILED" : "ok");
+out:
 	close(s);
 	ibv_destroy_qp(qp);
 	ibv_dereg_mr(mr);

@@ -470,9 +470,11 @@ fn deliver_mapped(
     None
 }
 
-/// Delivers a datagram sent to a multicast group to every QP attached to it on the host;
-/// returns the send's completion status. (Multicast allocates its list of receivers: it is not
-/// the fast path.)
+/// Delivers a datagram sent to a multicast group to every QP attached to it on the host, then
+/// sends it on the wire to the group's IP multicast address for the members on other hosts
+/// (the copy IP loops back, and one that reaches another rodp device of this host, are dropped
+/// on receipt); returns the send's completion status. (Multicast allocates its list of
+/// receivers: it is not the fast path.)
 fn multicast(
     qp: &QpShared,
     msg: &Message<'_>,
@@ -513,7 +515,11 @@ fn multicast(
             account(qp, d, msg.opcode, msg.len, netdev::ib_mtu_bytes(path_mtu));
         }
     }
-    WcStatus::Success
+    match wire::send_ud(qp, msg, mcast::MULTICAST_QPN) {
+        Err(wire::NotSent::Local) => WcStatus::LocProtErr,
+        // Lost (no route, no memory) as the network may lose it.
+        Ok(()) | Err(wire::NotSent::Lost) => WcStatus::Success,
+    }
 }
 
 /// Counts a message that `qp` completed with `dst` on both devices.

@@ -21,7 +21,7 @@ use super::{
     },
     rc, resp,
     xfer::{gather, Src},
-    Message, Reply, Ud,
+    Gid, Message, Reply, Ud,
 };
 use crate::{
     device::Device,
@@ -31,6 +31,7 @@ use crate::{
         verbs::{QpType, WrOpcode},
     },
     keys::Tables,
+    mcast,
     qp::QpShared,
     stats::{Counter, Stats},
 };
@@ -89,8 +90,7 @@ impl Tx {
         hop_limit: u8,
         tclass: u8,
     ) -> Option<Tx> {
-        let ndev =
-            Device::find_map(|d| Arc::ptr_eq(&d.tables, tables).then(|| d.netdev(1))).flatten()?;
+        let ndev = crate::device::netdev_of(tables)?;
         Some(Tx {
             ndev,
             src: *src,
@@ -288,6 +288,9 @@ impl Inbox {
         let Ok(p) = parse(&ib.raw) else {
             return false;
         };
+        if p.hdr.bth.dest_qpn == mcast::MULTICAST_QPN {
+            return p.info.service == Service::Ud && self.deliver_group(ib, &p);
+        }
         let Some(qp) = self.tables.qps.get(p.hdr.bth.dest_qpn) else {
             return false;
         };
@@ -300,6 +303,27 @@ impl Inbox {
             Service::Uc if qp.qp_type == QpType::Uc => rc::request(&qp, &p, &ib.sgid, &ib.dgid),
             Service::Uc => false,
         }
+    }
+
+    /// Delivers the UD datagram `p`, sent to a multicast group, to every QP of this device
+    /// attached to the group its IP destination names; whether one took it. A datagram from
+    /// another rodp device of this host (its source address is one of theirs: two netdevs on
+    /// one link) reached this host's members already, without packets, and is dropped.
+    fn deliver_group(&self, ib: &Inbound, p: &Packet<'_>) -> bool {
+        if !Gid(ib.dgid).is_multicast() || Device::with_gid_owner(&ib.sgid, |_| ()).is_some() {
+            return false;
+        }
+        let mut qpns = KVec::new();
+        if self.tables.groups.attached(&ib.dgid, &mut qpns).is_err() {
+            return false;
+        }
+        let mut taken = false;
+        for n in qpns {
+            if let Some(qp) = self.tables.qps.get(n) {
+                taken |= self.deliver_ud(&qp, ib, p);
+            }
+        }
+        taken
     }
 
     /// Delivers the UD datagram `p` to `qp`; whether a receive took it.

@@ -359,6 +359,9 @@ void rodp_helper_cond_resched(void)
 
 /* UDP tunnel sockets and UDP/IP transmit (rust/ib/udp.rs). */
 #include <net/udp_tunnel.h>
+#include <linux/igmp.h>
+#include <linux/inetdevice.h>
+#include <net/addrconf.h>
 #include <net/ip.h>
 #include <net/ipv6.h>
 #include <net/route.h>
@@ -420,7 +423,9 @@ void *rodp_helper_sk_user_data(struct sock *sk)
 /*
  * A received UDP skb made linear: returns its UDP header (NULL if it cannot be made linear),
  * with the UDP length, the IP header and its length, the ingress netdev's ifindex and, for a
- * VLAN device, its real device's (else the same).
+ * VLAN device, its real device's (else the same). NULL also for the copy of a multicast
+ * datagram this host sent that IP loops back to its own listeners (PACKET_LOOPBACK): rodp
+ * delivers to the host's own group members without packets.
  */
 u8 *rodp_helper_udp_rx(struct sk_buff *skb, unsigned int *len, u8 **nh, unsigned int *nh_len,
 		       int *ifindex, int *lower_ifindex)
@@ -428,7 +433,7 @@ u8 *rodp_helper_udp_rx(struct sk_buff *skb, unsigned int *len, u8 **nh, unsigned
 	struct net_device *dev = skb->dev;
 	u8 *th;
 
-	if (!dev || skb_linearize(skb))
+	if (!dev || skb->pkt_type == PACKET_LOOPBACK || skb_linearize(skb))
 		return NULL;
 	th = skb_transport_header(skb);
 	if (th < skb->data || th > skb_tail_pointer(skb))
@@ -444,6 +449,39 @@ u8 *rodp_helper_udp_rx(struct sk_buff *skb, unsigned int *len, u8 **nh, unsigned
 void rodp_helper_kfree_skb(struct sk_buff *skb)
 {
 	kfree_skb(skb);
+}
+
+/*
+ * Joins (or leaves) the IP multicast group of the multicast GID `gid` on `dev`, as a socket's
+ * membership would (IGMP/MLD reports, the MAC filter): an IPv4-mapped GID is an IPv4 group,
+ * any other an IPv6 one. Memberships are counted per address, so rdma_cm's own join of the
+ * same IPv4 group (cma_igmp_send) does not disturb this one. Sleeps (RTNL for IPv4).
+ */
+int rodp_helper_mc_group(struct net_device *dev, const u8 *gid, bool join)
+{
+	const struct in6_addr *a = (const struct in6_addr *)gid;
+
+	if (ipv6_addr_v4mapped(a)) {
+		struct in_device *in_dev;
+		int err = -ENODEV;
+
+		rtnl_lock();
+		in_dev = __in_dev_get_rtnl(dev);
+		if (in_dev) {
+			if (join)
+				ip_mc_inc_group(in_dev, a->s6_addr32[3]);
+			else
+				ip_mc_dec_group(in_dev, a->s6_addr32[3]);
+			err = 0;
+		}
+		rtnl_unlock();
+		return err;
+	}
+#if IS_ENABLED(CONFIG_IPV6)
+	return join ? ipv6_dev_mc_inc(dev, a) : ipv6_dev_mc_dec(dev, a);
+#else
+	return -EAFNOSUPPORT;
+#endif
 }
 
 /* The route of a UDP flow from `saddr` to `daddr` out of `oif`: a dst or an ERR_PTR. */

@@ -62,6 +62,15 @@ impl NetDev {
         }
     }
 
+    /// Joins (`join`) or leaves the IP multicast group of the multicast GID `gid` on this
+    /// device: IPv4 for an IPv4-mapped GID, else IPv6. Memberships are counted per group, one
+    /// join to one leave. Sleeps (takes RTNL for IPv4).
+    pub(crate) fn mc_group(&self, gid: &[u8; 16], join: bool) -> Result {
+        // SAFETY: The device is live (type invariant); `gid` is 16 readable bytes; the caller
+        // may sleep (documented) and holds neither RTNL nor the device's multicast locks.
+        kernel::error::to_result(unsafe { bindings::mc_group(self.as_raw(), gid.as_ptr(), join) })
+    }
+
     /// The MAC address, if the device has an Ethernet-sized one.
     pub(crate) fn mac(&self) -> Option<[u8; 6]> {
         let mut mac = [0u8; 6];

@@ -1,56 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0
-# The two-guest phase of `make check` (scripts/run.sh check2). This script runs in both guests:
-# A (198.18.0.1) and B (198.18.0.2), each with one virtio-net NIC, the two linked by a QEMU
-# socket netdev and nothing else. Each case names the RDMA driver on each side and a role
+# The two-guest phase of `make check` (scripts/run.sh check2). This script runs in both guests
+# (pair.sh sets them up). Each case names the RDMA driver on each side and a role
 # function; the role's server half runs on A, its client half on B. The guests keep in step
 # through barriers over the link (peer.py): every wait has a time limit, so a hung or crashed
 # peer fails the run rather than stalling it. A writes results/check2.tap (a case passes when
 # both halves exit 0); both guests record their times, kernel log and kmemleak report.
-. /mnt/rodp/lib.sh
+. /mnt/rodp/pair.sh
 timing boot 0,0
-res=/mnt/rodp/results
-role=$(cat /mnt/rodp/role)
-addr_a=198.18.0.1
-addr_b=198.18.0.2
-[ "$role" = a ] && addr=$addr_a || addr=$addr_b
 # RODP_TESTS2: globs of case names ("ibv_rc_pingpong rxe-rxe"); default all.
 filter2=${RODP_TESTS2:-*}
-
-# The NIC is the virtio-net device (CONFIG_DUMMY adds dummy0; names say nothing).
-nic=
-for n in /sys/class/net/*; do
-	[ "$(basename "$(readlink -f "$n/device/driver" 2>/dev/null)")" = virtio_net ] && nic=${n##*/}
-done
-echo "guest $role: NIC ${nic:-none}, $addr"
-ip link set "$nic" up
-ip addr add "$addr/24" dev "$nic"
 kml_clear
-
-# sync TAG [VALUE] [TIMEOUT]: the barrier; prints the peer's VALUE, fails without a peer.
-sync_peer() {
-	python3 /mnt/rodp/peer.py "$role" "$1" "${2:-}" --timeout "${3:-240}"
-}
-
-# use_driver DRIVER: this guest's RDMA device is DRIVER0 on the NIC (rdma_rxe and rodp are
-# never loaded together); sets dev and gid (the index of the RoCE v2 GID of this guest's
-# IPv4 address, read in one pass).
-cur_drv=
-use_driver() {
-	[ "$cur_drv" = "$1" ] && return 0
-	rdma_links_delete
-	case $cur_drv in rxe) rmmod rdma_rxe ;; rodp) rmmod rodp ;; esac
-	cur_drv=
-	case $1 in rxe) modprobe rdma_rxe ;; *) modprobe "$1" ;; esac || return 1
-	rdma link add "${1}0" type "$1" netdev "$nic" || return 1
-	dev=${1}0 gid=
-	for i in $(seq 20); do
-		gid=$(ibv_devinfo -v -d "$dev" | sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*::ffff:$addr, RoCE v2.*/\1/p" | head -1)
-		[ -n "$gid" ] && break
-		sleep 0.5
-	done
-	[ -n "$gid" ] || { echo "$dev: no RoCE v2 GID for $addr"; ibv_devinfo -v -d "$dev"; return 1; }
-	cur_drv=$1
-}
 
 # Roles: ROLE server|client|ready ARGS. "ready" succeeds once the server half (started on A)
 # accepts clients. Each sees dev and gid (this guest's device) and addr_a (the server), and
@@ -103,16 +62,54 @@ rping_role() {
 	esac
 }
 
-# wire_ops: ATOMIC WRITE and FLUSH from B into A's memory, read back and compared on both
-# sides (selftests/wire_ops.c; TCP port 18516 for the exchange).
+# wire_ops ARGS: selftests/wire_ops.c, TCP port 18516 for the exchange. Without ARGS: ATOMIC
+# WRITE and FLUSH from B into A's memory, read back and compared on both sides. With -v: A
+# vanishes (takes its link down for 6 s) after B's first WRITE, and B's next WRITE must end in
+# RETRY_EXC_ERR within the time its QP's timeout and retry_cnt imply.
 ops_role() {
 	side=$1
 	shift
 	case $side in
-	server) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" ;;
-	client) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" -c "$addr_a" ;;
+	server) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" "$@" ;;
+	client) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" "$@" -c "$addr_a" ;;
 	ready) ss -Hltn 'sport = :18516' | grep -q . ;;
 	esac
+}
+
+# mckey ARGS: rdma_cm's multicast example: both join 239.255.18.1 (an organization-local
+# group; rdma_cm makes the netdev join it), then B sends datagrams to the group and A waits
+# for every one (ready: A's netdev is a member, /proc/net/igmp lists the group in host order).
+mckey_role() {
+	side=$1
+	shift
+	case $side in
+	server) run mckey -m 239.255.18.1 -b "$addr_a" "$@" ;;
+	client) run mckey -m 239.255.18.1 -b "$addr" -s "$@" ;;
+	ready) grep -q 0112FFEF /proc/net/igmp ;;
+	esac
+}
+
+# v6 / vlan SIDE ROLE ARGS: ROLE over this guest's IPv6 address / its VLAN 18 address: the
+# GID the programs use for RDMA (their TCP exchange stays on IPv4).
+via() {
+	vside=$1 vaddr=$2 vfn=$3
+	shift 3
+	[ "$vside" = ready ] && { $vfn ready "$@"; return; }
+	g0=$gid vrc=0
+	gid=$(gid_of "$vaddr") || return 1
+	$vfn "$vside" "$@" || vrc=$?
+	gid=$g0
+	return $vrc
+}
+v6() {
+	vs=$1
+	shift
+	via "$vs" "$addr6" "$@"
+}
+vlan() {
+	vs=$1
+	shift
+	via "$vs" "$addrv" "$@"
 }
 
 # lossy ROLE ARGS...: ROLE over a bad link. netem on this guest's NIC (both guests run it)
@@ -237,11 +234,33 @@ cases() {
 	case2 "ibv_rc_pingpong 4096" rodp rodp verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096" rodp rxe verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096" rxe rodp verbs ibv_rc_pingpong -n 5 -s 4096
+	# ODP on both sides of the wire, every received buffer checked: 64 KiB SENDs (64
+	# packets) into explicit ODP memory (a responder's missing page is an RNR NAK and a
+	# retry), into implicit ODP memory with prefetch; and an SRQ shared by 16 QPs.
+	case2 "ibv_rc_pingpong 64K odp" rodp rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c -o
+	case2 "ibv_rc_pingpong 64K odp" rodp rxe verbs ibv_rc_pingpong -n 5 -s 65536 -c -o
+	case2 "ibv_rc_pingpong 64K odp" rxe rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c -o
+	case2 "ibv_rc_pingpong 64K implicit odp" rodp rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c -o -O -P
+	case2 "ibv_srq_pingpong 4096" rodp rodp verbs ibv_srq_pingpong -n 5 -s 4096
+	case2 "ibv_srq_pingpong 4096" rodp rxe verbs ibv_srq_pingpong -n 5 -s 4096
 	# UC: the same SENDs on unreliable connections (the link loses nothing).
+	# The same over IPv6 and over a VLAN (the GID table's entry decides; the netdev tags).
+	case2 "ibv_rc_pingpong 4096 ipv6" rodp rodp v6 verbs ibv_rc_pingpong -n 5 -s 4096
+	case2 "ibv_rc_pingpong 4096 ipv6" rxe rodp v6 verbs ibv_rc_pingpong -n 5 -s 4096
+	case2 "ibv_rc_pingpong 4096 vlan" rodp rodp vlan verbs ibv_rc_pingpong -n 5 -s 4096
+	case2 "ibv_rc_pingpong 4096 vlan" rodp rxe vlan verbs ibv_rc_pingpong -n 5 -s 4096
+	case2 "ibv_ud_pingpong 512 ipv6" rodp rxe v6 verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "ibv_uc_pingpong 4096" rodp rodp verbs ibv_uc_pingpong -n 5 -s 4096
 	case2 "ibv_uc_pingpong 4096" rodp rxe verbs ibv_uc_pingpong -n 5 -s 4096
 	case2 "ibv_uc_pingpong 4096" rxe rodp verbs ibv_uc_pingpong -n 5 -s 4096
 	# rping: rdma_cm RC connection; SEND, RDMA READ and WRITE, data verified.
+	# UD multicast across hosts: mckey (rdma_cm joins the IP group) and wire_ops -m
+	# (ibv_attach_mcast alone: the device makes its netdev join).
+	case2 "mckey 10" rodp rodp mckey_role -C 10
+	case2 "mckey 10" rodp rxe mckey_role -C 10
+	case2 "mckey 10" rxe rodp mckey_role -C 10
+	case2 "wire_ops multicast" rodp rodp ops_role -m
+	case2 "wire_ops multicast" rodp rxe ops_role -m
 	case2 "rping 3" rodp rodp rping_role -C 3
 	case2 "rping 3" rxe rodp rping_role -C 3
 	# RDMA READ of 64 KiB (16 response packets) and atomics, with rodp on each side.
@@ -259,6 +278,10 @@ cases() {
 	# WRITE).
 	case2 "lossy ibv_rc_pingpong 16K" rodp rodp lossy verbs ibv_rc_pingpong -n 20 -s 16384 -c
 	case2 "lossy rping 10" rodp rodp lossy rping_role -C 10 -S 8192
+	# A peer that vanishes: rodp's requester ends in RETRY_EXC_ERR in time (last: the
+	# link goes down and up).
+	case2 "wire_ops vanish" rxe rodp ops_role -v
+	case2 "wire_ops vanish" rodp rodp ops_role -v
 }
 
 # The first barrier waits for the other guest to boot.

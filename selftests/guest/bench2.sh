@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: GPL-2.0
+# `make bench` between two hosts: perftest across guests A (server) and B (client) over their
+# socket link (pair.sh), rxe<->rxe, rodp<->rodp and rodp<->rxe (rodp on A, rxe on B) in one
+# boot, printed side by side with ratios. Like with like: the rodp<->rodp figure is compared with
+# the rxe<->rxe figure on the same kernel and link.
+# Bandwidth cases run for 5 s (perftest -D 5): BW average (MB/s), message rate (Mpps) and the
+# client's CPU use (perftest --cpu_util, the whole guest's, from /proc/stat); the client's device
+# counters give its packets per second (sent + received, over the client's wall time, its
+# connection setup included). Latency cases: t_typical (usec) over 1000 iterations.
+. /mnt/rodp/pair.sh
+cases="ib_write_bw:65536 ib_read_bw:65536 ib_send_bw:65536 ib_write_bw:4096 ib_atomic_bw:8
+ib_write_lat:8 ib_read_lat:8 ib_send_lat:8"
+pairs="rxe:rxe rodp:rodp rodp:rxe"
+
+# pkts: the device's sent + received packet counters.
+pkts() {
+	c=/sys/class/infiniband/$dev/ports/1/hw_counters
+	echo $(($(cat $c/sent_pkts) + $(cat $c/rcvd_pkts)))
+}
+
+# client PROG ARGS: runs the client half and prints "FIGURE MPPS CPU PKT/S" (n/a where
+# perftest gives none).
+client() {
+	prog=$1
+	shift
+	p0=$(pkts) t0=$(date +%s.%N)
+	timeout 120 "$prog" -d "$dev" -x "$gid" "$@" "$addr_a" > /tmp/bench.c 2>&1
+	p1=$(pkts) t1=$(date +%s.%N)
+	pps=$(echo "$p0 $p1 $t0 $t1" | awk '{ printf "%.0f", ($2 - $1) / ($4 - $3) }')
+	case $prog in
+	*_lat) awk -v pps="$pps" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/ { v = $5 }
+		END { print (v ? v : "n/a"), "n/a", "n/a", pps }' /tmp/bench.c ;;
+	*) awk -v pps="$pps" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/ {
+			v = $4; m = $5; u = (NF >= 6) ? $6 : "n/a" }
+		END { print (v ? v : "n/a"), (m ? m : "n/a"), (u ? u : "n/a"), pps }' /tmp/bench.c ;;
+	esac
+	grep -q . /tmp/bench.c && sed 's/^/# client: /' /tmp/bench.c >&2
+}
+
+: > "$res/bench2.raw"
+n=0
+for p in $pairs; do
+	[ "$role" = a ] && mine=${p%%:*} || mine=${p##*:}
+	rc=0
+	use_driver "$mine" > /tmp/setup 2>&1 || { rc=1; cat /tmp/setup; }
+	peer=$(sync_peer "setup $p" $rc) || exit 1
+	[ $rc = 0 ] && [ "$peer" = 0 ] || { echo "$p: no devices"; continue; }
+	for c in $cases; do
+		n=$((n + 1))
+		prog=${c%%:*} size=${c##*:}
+		case $prog in
+		*_lat) args="-n 1000 -s $size" ;;
+		ib_atomic_bw) args="-D 5 --cpu_util" ;;
+		*) args="-D 5 --cpu_util -s $size" ;;
+		esac
+		if [ "$role" = a ]; then
+			# shellcheck disable=SC2086
+			timeout 120 "$prog" -d "$dev" -x "$gid" $args > /tmp/bench.s 2>&1 &
+			spid=$!
+			for i in $(seq 150); do
+				ss -Hltn 'sport = :18515' | grep -q . && break
+				sleep 0.2
+			done
+			sync_peer "ready $n" > /dev/null || exit 1
+			wait $spid || sed 's/^/# server: /' /tmp/bench.s
+			fig=$(sync_peer "done $n") || exit 1
+			echo "$p $c $fig" | tee -a "$res/bench2.raw"
+		else
+			sync_peer "ready $n" > /dev/null || exit 1
+			# shellcheck disable=SC2086
+			fig=$(client "$prog" $args 2> /tmp/bench.log)
+			sync_peer "done $n" "$fig" > /dev/null || exit 1
+			case $fig in n/a*) cat /tmp/bench.log ;; esac
+		fi
+	done
+done
+rdma_links_delete
+rmmod rdma_rxe 2>/dev/null
+rmmod rodp 2>/dev/null
+[ "$role" = a ] || exit 0
+
+echo "== make bench: two hosts (guests A and B, one vCPU each, QEMU socket link)"
+awk '
+	{ fig[$1, $2] = $3; mpps[$1, $2] = $4; cpu[$1, $2] = $5; pps[$1, $2] = $6
+	  if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }
+	END {
+		printf "%-13s %7s %5s %10s %10s %9s %10s\n", "test", "bytes", "unit", "rxe-rxe",
+			"rodp-rodp", "rodp/rxe", "rodp-rxe"
+		for (i = 1; i <= n; i++) {
+			split(order[i], k, ":")
+			unit = k[1] ~ /_lat$/ ? "usec" : "MB/s"
+			printf "%-13s %7s %5s %10s %10s %9s %10s\n", k[1], k[2], unit,
+				fig["rxe:rxe", order[i]], fig["rodp:rodp", order[i]],
+				ratio(fig["rodp:rodp", order[i]], fig["rxe:rxe", order[i]]),
+				fig["rodp:rxe", order[i]]
+		}
+		print ""
+		printf "%-13s %7s %-10s %8s %6s %10s %10s\n", "test", "bytes", "pair", "Mpps",
+			"CPU%", "pkt/s", "CPU s/GB"
+		for (i = 1; i <= n; i++) {
+			split(order[i], k, ":")
+			if (k[1] ~ /_lat$/)
+				continue
+			for (j = 1; j <= 3; j++) {
+				p = j == 1 ? "rxe:rxe" : j == 2 ? "rodp:rodp" : "rodp:rxe"
+				f = fig[p, order[i]]; u = cpu[p, order[i]]
+				# CPU seconds per GB moved: one vCPU busy u % at f MB/s.
+				g = (f + 0 > 0 && u + 0 > 0) ? sprintf("%.1f", u / 100 / (f / 1000)) : "n/a"
+				printf "%-13s %7s %-10s %8s %6s %10s %10s\n", k[1], k[2], p,
+					mpps[p, order[i]], u, pps[p, order[i]], g
+			}
+		}
+	}' "$res/bench2.raw" | tee "$res/bench2.table"
