@@ -117,6 +117,20 @@ pub(crate) fn netdev_of(tables: &Arc<Tables>) -> Option<NetDevRef> {
     Device::find_map(|d| Arc::ptr_eq(&d.tables, tables).then(|| d.netdev(1))).flatten()
 }
 
+/// Where packets from the GID `src` of the device whose objects are `tables` leave: the
+/// device's netdev (its namespace) and the interface of the GID's entry (a VLAN device for a
+/// VLAN's address, so that its packets are tagged), or the netdev itself.
+pub(crate) fn route_of(tables: &Arc<Tables>, src: &[u8; 16]) -> Option<(NetDevRef, i32)> {
+    Device::find_map(|d| {
+        Arc::ptr_eq(&d.tables, tables).then(|| {
+            let n = d.netdev(1)?;
+            let oif = d.gid_ifindex(src).unwrap_or_else(|| n.ifindex());
+            Some((n, oif))
+        })
+    })
+    .flatten()
+}
+
 /// Leaves the IP multicast group of `mgid` on `ndev` (a group's last member is gone). A
 /// netdev that is gone took its memberships with it.
 pub(crate) fn leave_group(ndev: Option<&NetDev>, mgid: &[u8; 16]) {
@@ -537,10 +551,10 @@ impl ib::Driver for Rodp {
         }
         // The netdev joins the group's IP multicast group with its first member, so that
         // datagrams sent to it from other hosts arrive (rxe leaves that to rdma_cm).
-        let ndev = dev.netdev(1).ok_or(ENODEV)?;
-        dev.tables
-            .groups
-            .attach(mgid, qp.shared.qpn, |g| ndev.mc_group(g, true))
+        let ndev = dev.netdev(1);
+        dev.tables.groups.attach(mgid, qp.shared.qpn, |g| {
+            ndev.as_deref().ok_or(ENODEV)?.mc_group(g, true)
+        })
     }
 
     fn detach_mcast(dev: &Device, qp: &qp::Qp, mgid: &[u8; 16]) -> Result {

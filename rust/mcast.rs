@@ -70,8 +70,9 @@ struct State {
 
 impl State {
     /// Removes QP `qpn` from group `mgid` and refunds `user` (the attachment has left
-    /// `by_qp`); calls `leave` when the group goes with it.
-    fn unlink(&mut self, mgid: &[u8; 16], qpn: u32, user: User, leave: &mut impl FnMut(&[u8; 16])) {
+    /// `by_qp`); whether the group went with it.
+    fn unlink(&mut self, mgid: &[u8; 16], qpn: u32, user: User) -> bool {
+        let mut gone = false;
         if let Some(members) = self.groups.get_mut(mgid) {
             if let Some(i) = members.iter().position(|m| m.qpn == qpn) {
                 let last = members.len() - 1;
@@ -81,7 +82,7 @@ impl State {
             if members.is_empty() {
                 self.groups.remove(mgid);
                 self.num_groups -= 1;
-                leave(mgid);
+                gone = true;
             }
         }
         if let Some(n) = self.users.get_mut(&user) {
@@ -91,6 +92,7 @@ impl State {
             }
         }
         self.total -= 1;
+        gone
     }
 }
 
@@ -98,13 +100,20 @@ impl State {
 ///
 /// The lock is the device's, held for a lookup and a copy of at most [`MAX_QP_ATTACH`] QP
 /// numbers on a send, and for logarithmic steps (per attachment of the QP, on its destruction)
-/// otherwise; nothing allocates under it. A group's first attachment and its last detachment
-/// call the caller's `join` and `leave` under it too (the netdev's IP membership: RTNL nests
-/// inside this lock), so that memberships follow the groups in order.
+/// otherwise; nothing allocates under it.
+///
+/// A group's first attachment and its last detachment call the caller's `join` and `leave`
+/// (the netdev's IP membership, which takes RTNL) under a second lock, `joined`, which
+/// serializes attaching and detaching and is never taken on the data path: memberships follow
+/// the groups in order while sends and receipts wait for nothing but `state`. A group whose
+/// join failed (no IPv4 or IPv6 on the netdev) still works on this host, and is not left.
 #[pin_data]
 pub(crate) struct Groups {
     #[pin]
     state: Mutex<State>,
+    /// The groups whose join succeeded (taken before `state`).
+    #[pin]
+    joined: Mutex<RBTree<[u8; 16], ()>>,
 }
 
 impl Groups {
@@ -118,12 +127,13 @@ impl Groups {
                 num_groups: 0,
                 total: 0,
             }),
+            joined <- new_mutex!(RBTree::new()),
         })
     }
 
     /// Attaches QP `qpn` to group `mgid` for the calling user; attaching twice is not an
-    /// error. `ENOMEM` past a limit (as rxe). When the group is new, `join` runs first and
-    /// its error refuses the attachment.
+    /// error. `ENOMEM` past a limit (as rxe). When the group is new, `join` runs after it
+    /// appeared; its failure leaves the group to this host.
     pub(crate) fn attach(
         &self,
         mgid: &[u8; 16],
@@ -143,6 +153,16 @@ impl Groups {
         if !Gid(*mgid).is_multicast() {
             return Err(EINVAL);
         }
+        let joined_node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let mut joined = self.joined.lock();
+        if self.link(mgid, qpn, user)? && join(mgid).is_ok() {
+            joined.insert(joined_node.into_node(*mgid, ()));
+        }
+        Ok(())
+    }
+
+    /// Records the attachment; whether the group is new.
+    fn link(&self, mgid: &[u8; 16], qpn: u32, user: User) -> Result<bool> {
         // Everything an attachment may need, allocated before locking (and dropped after
         // unlocking when not needed).
         let qp_node = RBTreeNode::new((qpn, *mgid), user, GFP_KERNEL)?;
@@ -151,7 +171,7 @@ impl Groups {
         let mut members = KVec::with_capacity(MAX_QP_ATTACH as usize, GFP_KERNEL)?;
         let mut s = self.state.lock();
         if s.by_qp.get(&(qpn, *mgid)).is_some() {
-            return Ok(());
+            return Ok(false);
         }
         let group = s.groups.get(mgid);
         let in_group = group.map_or(0, |g| g.len() as u32);
@@ -166,16 +186,19 @@ impl Groups {
             return Err(ENOMEM);
         }
         let member = Member { qpn, user };
-        match s.groups.get_mut(mgid) {
+        let new = match s.groups.get_mut(mgid) {
             // Room for `MAX_QP_ATTACH` was allocated with the group: this does not allocate.
-            Some(g) => g.push_within_capacity(member).map_err(|_| ENOMEM)?,
+            Some(g) => {
+                g.push_within_capacity(member).map_err(|_| ENOMEM)?;
+                false
+            }
             None => {
                 members.push_within_capacity(member).map_err(|_| ENOMEM)?;
-                join(mgid)?;
                 s.groups.insert(group_node.into_node(*mgid, members));
                 s.num_groups += 1;
+                true
             }
-        }
+        };
         match s.users.get_mut(&user) {
             Some(n) => *n += 1,
             None => {
@@ -184,34 +207,49 @@ impl Groups {
         }
         s.by_qp.insert(qp_node);
         s.total += 1;
-        Ok(())
+        Ok(new)
     }
 
     /// Detaches QP `qpn` from group `mgid`; `EINVAL` if it is not attached. `leave` runs when
-    /// the group loses its last member.
+    /// the group, joined, loses its last member.
     pub(crate) fn detach(
         &self,
         mgid: &[u8; 16],
         qpn: u32,
-        mut leave: impl FnMut(&[u8; 16]),
+        leave: impl FnOnce(&[u8; 16]),
     ) -> Result {
-        let mut s = self.state.lock();
-        let user = s.by_qp.remove(&(qpn, *mgid)).ok_or(EINVAL)?;
-        s.unlink(mgid, qpn, user, &mut leave);
+        let mut joined = self.joined.lock();
+        let gone = {
+            let mut s = self.state.lock();
+            let user = s.by_qp.remove(&(qpn, *mgid)).ok_or(EINVAL)?;
+            s.unlink(mgid, qpn, user)
+        };
+        if gone && joined.remove(mgid).is_some() {
+            leave(mgid);
+        }
         Ok(())
     }
 
     /// Detaches QP `qpn` from every group (the QP is being destroyed), with `leave` as for
-    /// [`Groups::detach`].
+    /// [`Groups::detach`] (`state` is taken for one attachment at a time).
     pub(crate) fn detach_qp(&self, qpn: u32, mut leave: impl FnMut(&[u8; 16])) {
-        let mut s = self.state.lock();
-        while let Some(cursor) = s.by_qp.cursor_lower_bound_mut(&(qpn, [0; 16])) {
-            let (&(n, mgid), &user) = cursor.current();
-            if n != qpn {
-                break;
+        let mut joined = self.joined.lock();
+        loop {
+            let (mgid, gone) = {
+                let mut s = self.state.lock();
+                let Some(cursor) = s.by_qp.cursor_lower_bound_mut(&(qpn, [0; 16])) else {
+                    return;
+                };
+                let (&(n, mgid), &user) = cursor.current();
+                if n != qpn {
+                    return;
+                }
+                cursor.remove_current();
+                (mgid, s.unlink(&mgid, qpn, user))
+            };
+            if gone && joined.remove(&mgid).is_some() {
+                leave(&mgid);
             }
-            cursor.remove_current();
-            s.unlink(&mgid, qpn, user, &mut leave);
         }
     }
 
@@ -270,7 +308,7 @@ mod tests {
     }
 
     /// A group's netdev membership is joined with its first member and left with its last,
-    /// once each; a join that fails refuses the attachment and leaves no group behind.
+    /// once each; a group whose join failed is not left.
     #[test]
     fn memberships_follow_the_groups() -> Result {
         let g = KBox::pin_init(Groups::new(), GFP_KERNEL)?;
@@ -290,9 +328,12 @@ mod tests {
         });
         assert_eq!(leaves.len(), 2);
         assert!(leaves.contains(&G1) && leaves.contains(&G2));
-        assert_eq!(g.attach(&G1, 18, |_| Err(ENODEV)), Err(ENODEV));
-        assert!(attached(&g, &G1)?.is_empty());
-        assert_eq!(g.detach(&G1, 18, |_| ()), Err(EINVAL));
+        // A join that fails: the group works on this host, and is not left.
+        g.attach(&G1, 18, |_| Err(ENODEV))?;
+        assert_eq!(attached(&g, &G1)?.as_slice(), &[18]);
+        let mut left = false;
+        g.detach(&G1, 18, |_| left = true)?;
+        assert!(!left && g.joined.lock().iter().count() == 0);
         let s = g.state.lock();
         assert_eq!((s.num_groups, s.total, s.users.iter().count()), (0, 0, 0));
         Ok(())

@@ -42,8 +42,10 @@ timed() {
 timed setup "$RODP_TOP/scripts/setup.sh"
 # The benchmark runs on the same kernel without its debug options (KASAN, lockdep, ...), with
 # the module built from a copy of the sources so the test build is left alone.
+# RODP_BENCH_KERNEL=test runs `bench` on the test kernel (to try the scripts without building
+# the second kernel; its figures then include the debug checks' cost).
 flavor=test
-[ "$task" = bench ] && flavor=bench
+[ "$task" = bench ] && flavor=${RODP_BENCH_KERNEL:-bench}
 t0=$(date +%s)
 kdir=$("$RODP_TOP/scripts/kernel.sh" $flavor)
 printf 'host: kernel\t%s\n' "$(since "$t0")" >> "$times"

@@ -329,15 +329,16 @@ static int ud_send_to(FIXTURE_DATA(ud) *self, struct ibv_ah *ah, uint32_t qpn, u
 }
 
 /*
- * Whether the netdevs of this namespace are members of the IP multicast group of the
- * multicast GID g: /proc/net/igmp lists IPv4 groups as the address's 32 bits in host order,
- * /proc/net/igmp6 IPv6 groups as 32 hex digits.
+ * How many times the netdevs of this namespace have joined the IP multicast group of the
+ * multicast GID g (the Users column; 0 when not a member): /proc/net/igmp lists IPv4 groups as
+ * the address's 32 bits in host order, then the users; /proc/net/igmp6 IPv6 groups as 32 hex
+ * digits, then the users.
  */
 static int ip_member(const union ibv_gid *g)
 {
-	int v4 = !memcmp(g->raw, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12), found = 0;
+	int v4 = !memcmp(g->raw, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12), users = 0;
 	FILE *f = fopen(v4 ? "/proc/net/igmp" : "/proc/net/igmp6", "r");
-	char want[33], line[256];
+	char want[33], line[256], *at;
 	uint32_t a;
 
 	if (!f)
@@ -350,9 +351,10 @@ static int ip_member(const union ibv_gid *g)
 			snprintf(want + 2 * i, 3, "%02x", g->raw[i]);
 	}
 	while (fgets(line, sizeof(line), f))
-		found |= !!strstr(line, want);
+		if ((at = strstr(line, want)))
+			users += atoi(at + strlen(want));
 	fclose(f);
-	return found;
+	return users;
 }
 
 TEST_F(ud, multicast_reaches_attached_qps)
@@ -393,6 +395,8 @@ TEST_F(ud, multicast_reaches_attached_qps)
 		}
 	}
 	EXPECT_EQ(1, recvs);
+	/* Once: not again from the copy the send put on the wire (IP loops it back). */
+	EXPECT_EQ(0, poll1(self->cq, &wc, 500));
 	EXPECT_EQ(0, memcmp(self->buf, self->buf + 4096 + 40, 500));
 	/* The group's address in the GRH's IPv4 header. */
 	EXPECT_EQ(0, memcmp(self->buf + 4096 + 36, mgid.raw + 12, 4));
@@ -445,6 +449,63 @@ TEST_F(ud, ip_membership_follows_the_group)
 	ASSERT_EQ(pid, waitpid(pid, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st) && !WEXITSTATUS(st));
 	EXPECT_EQ(0, ip_member(&g4));
+}
+
+/*
+ * rodp1 on veth1, the other end of rodp0's link, has a member of the group: a datagram rodp0
+ * sends to the group reaches it once, directly; the copy that crosses the link reaches rodp1
+ * too and is dropped (counted in its rcvd_dropped_pkts), since its source is a rodp device of
+ * this host.
+ */
+TEST_F(ud, multicast_to_a_neighbour_device_arrives_once)
+{
+	union ibv_gid mgid = { .raw = { [10] = 0xff, [11] = 0xff, 239, 255, 18, 4 } };
+	struct ibv_ah_attr a = { .is_global = 1, .port_num = 1 };
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	struct ibv_ah *mah;
+	struct ibv_wc wc;
+	struct dev d1;
+	long dropped;
+
+	ASSERT_EQ(0, link_add("rodp1", "veth1"));
+	ASSERT_EQ(0, dev_open(&d1, "rodp1"));
+	cq = ibv_create_cq(d1.ctx, 8, NULL, NULL, 0);
+	ASSERT_NE(NULL, cq);
+	qp = make_qp(&d1, cq, cq, IBV_QPT_UD, NULL);
+	ASSERT_NE(NULL, qp);
+	ASSERT_EQ(0, ud_ready(qp, 0x11111111));
+	mr = ibv_reg_mr(d1.pd, self->buf + 8192, 8192, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NE(NULL, mr);
+	ASSERT_EQ(0, ibv_attach_mcast(qp, &mgid, 0));
+	EXPECT_EQ(1, ip_member(&mgid));
+	for (int i = 0; i < 2; i++)
+		ASSERT_EQ(0, post_recv(qp, self->buf + 8192 + 4096 * i, 4096, mr->lkey, i));
+	a.grh.dgid = mgid;
+	a.grh.sgid_index = self->d.gid_index;
+	a.grh.hop_limit = 1;
+	mah = ibv_create_ah(self->d.pd, &a);
+	ASSERT_NE(NULL, mah);
+	dropped = hw_counter("rodp1", "rcvd_dropped_pkts");
+	ASSERT_EQ(0, ud_send_to(self, mah, 0xffffff, 300));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 10000));
+	EXPECT_EQ(IBV_WC_SEND, wc.opcode);
+	ASSERT_EQ(1, poll1(cq, &wc, 10000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(340, wc.byte_len);
+	/* The wire's copy arrives within a second and is dropped, not received. */
+	for (int i = 0; i < 20 && hw_counter("rodp1", "rcvd_dropped_pkts") == dropped; i++)
+		usleep(50000);
+	EXPECT_EQ(dropped + 1, hw_counter("rodp1", "rcvd_dropped_pkts"));
+	EXPECT_EQ(0, poll1(cq, &wc, 300));
+	EXPECT_EQ(0, ibv_detach_mcast(qp, &mgid, 0));
+	ibv_destroy_ah(mah);
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	dev_close(&d1);
+	sh(NULL, 0, "rdma link delete rodp1");
 }
 
 TEST_F(ud, wrong_qkey_is_dropped)

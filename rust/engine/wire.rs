@@ -69,6 +69,8 @@ pub(super) enum NotSent {
 /// Where a QP's packets go: the netdev of its device and the addresses of the flow.
 pub(super) struct Tx {
     ndev: NetDevRef,
+    /// The interface the packets leave by (the source GID's: a VLAN device for its address).
+    oif: i32,
     src: [u8; 16],
     dst: [u8; 16],
     src_port: u16,
@@ -90,9 +92,10 @@ impl Tx {
         hop_limit: u8,
         tclass: u8,
     ) -> Option<Tx> {
-        let ndev = crate::device::netdev_of(tables)?;
+        let (ndev, oif) = crate::device::route_of(tables, src)?;
         Some(Tx {
             ndev,
+            oif,
             src: *src,
             dst: *dst,
             src_port: src_port(qpn, dest_qpn),
@@ -123,21 +126,15 @@ impl Tx {
             tclass: self.tclass,
         };
         let local = Cell::new(false);
-        udp::send(
-            self.ndev.net(),
-            self.ndev.ifindex(),
-            &d,
-            len,
-            |headers, out| {
-                // Headers, payload, then pad and ICRC room (`send` zeroed them).
-                let hlen = hdr.write(out).map_err(|_| EINVAL)?;
-                let data = out.get_mut(hlen..hlen + payload).ok_or(EINVAL)?;
-                fill(data).inspect_err(|_| local.set(true))?;
-                let (ip, udp) = ip_udp(headers).ok_or(EINVAL)?;
-                icrc::generate(ip, udp, out);
-                Ok(())
-            },
-        )
+        udp::send(self.ndev.net(), self.oif, &d, len, |headers, out| {
+            // Headers, payload, then pad and ICRC room (`send` zeroed them).
+            let hlen = hdr.write(out).map_err(|_| EINVAL)?;
+            let data = out.get_mut(hlen..hlen + payload).ok_or(EINVAL)?;
+            fill(data).inspect_err(|_| local.set(true))?;
+            let (ip, udp) = ip_udp(headers).ok_or(EINVAL)?;
+            icrc::generate(ip, udp, out);
+            Ok(())
+        })
         .map_err(|_| {
             if local.get() {
                 NotSent::Local
@@ -288,8 +285,13 @@ impl Inbox {
         let Ok(p) = parse(&ib.raw) else {
             return false;
         };
-        if p.hdr.bth.dest_qpn == mcast::MULTICAST_QPN {
-            return p.info.service == Service::Ud && self.deliver_group(ib, &p);
+        // A group is addressed by QP 0xffffff only (the IBA's multicast QPN): a datagram to a
+        // multicast address naming another QP reaches nobody.
+        if p.hdr.bth.dest_qpn == mcast::MULTICAST_QPN || Gid(ib.dgid).is_multicast() {
+            return p.hdr.bth.dest_qpn == mcast::MULTICAST_QPN
+                && p.info.service == Service::Ud
+                && Gid(ib.dgid).is_multicast()
+                && self.deliver_group(ib, &p);
         }
         let Some(qp) = self.tables.qps.get(p.hdr.bth.dest_qpn) else {
             return false;
@@ -310,11 +312,11 @@ impl Inbox {
     /// another rodp device of this host (its source address is one of theirs: two netdevs on
     /// one link) reached this host's members already, without packets, and is dropped.
     fn deliver_group(&self, ib: &Inbound, p: &Packet<'_>) -> bool {
-        if !Gid(ib.dgid).is_multicast() || Device::with_gid_owner(&ib.sgid, |_| ()).is_some() {
-            return false;
-        }
         let mut qpns = KVec::new();
-        if self.tables.groups.attached(&ib.dgid, &mut qpns).is_err() {
+        if self.tables.groups.attached(&ib.dgid, &mut qpns).is_err()
+            || qpns.is_empty()
+            || Device::with_gid_owner(&ib.sgid, |_| ()).is_some()
+        {
             return false;
         }
         let mut taken = false;

@@ -484,6 +484,20 @@ int rodp_helper_mc_group(struct net_device *dev, const u8 *gid, bool join)
 #endif
 }
 
+/* The ifindex of the netdev a GID table entry belongs to (a VLAN device for its address); 0 when it has none. */
+int rodp_helper_gid_attr_ifindex(const struct ib_gid_attr *attr)
+{
+	struct net_device *ndev;
+	int ifindex = 0;
+
+	rcu_read_lock();
+	ndev = rdma_read_gid_attr_ndev_rcu(attr);
+	if (!IS_ERR(ndev))
+		ifindex = ndev->ifindex;
+	rcu_read_unlock();
+	return ifindex;
+}
+
 /* The route of a UDP flow from `saddr` to `daddr` out of `oif`: a dst or an ERR_PTR. */
 struct dst_entry *rodp_helper_route4(struct net *net, int oif, const u8 *saddr, const u8 *daddr)
 {

@@ -62,6 +62,28 @@ impl<T: Driver> Device<T> {
         })
     }
 
+    /// The ifindex of the netdev this device's RoCE v2 GID `gid` belongs to (the VLAN device
+    /// for an address of a VLAN on the device's netdev), if the device has that GID.
+    pub(crate) fn gid_ifindex(&self, gid: &[u8; 16]) -> Option<i32> {
+        // SAFETY: The device is live; `gid` is 16 readable bytes, the layout of `ib_gid`.
+        let attr = unsafe {
+            bindings::rdma_find_gid(
+                self.as_raw(),
+                gid.as_ptr().cast(),
+                bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+                core::ptr::null_mut(),
+            )
+        };
+        let attr = from_err_ptr(attr.cast_mut()).ok()?;
+        // SAFETY: `rdma_find_gid` returned a referenced entry, released right after.
+        let ifindex = unsafe {
+            let i = bindings::gid_attr_ifindex(attr);
+            bindings::rdma_put_gid_attr(attr);
+            i
+        };
+        (ifindex > 0).then_some(ifindex)
+    }
+
     /// Calls `f` with every registered device of this driver (under the same rules as
     /// [`Device::with_gid_owner`]).
     pub(crate) fn for_each(mut f: impl FnMut(&Self)) {
