@@ -3,7 +3,7 @@
 # socket link (pair.sh), rxe<->rxe, rodp<->rodp and rodp<->rxe (rodp on A, rxe on B) in one
 # boot, printed side by side with ratios. Like with like: the rodp<->rodp figure is compared with
 # the rxe<->rxe figure on the same kernel and link.
-# Bandwidth cases run for 5 s (perftest -D 5): BW average (MB/s), message rate (Mpps) and the
+# Bandwidth cases run for 5 s (perftest -D 5): BW average (MiB/s), message rate (Mpps) and the
 # client's CPU use (perftest --cpu_util, the whole guest's, from /proc/stat); the client's device
 # counters give its packets per second (sent + received, over the client's wall time, its
 # connection setup included). Latency cases: t_typical (usec) over 1000 iterations.
@@ -28,11 +28,11 @@ client() {
 	p1=$(pkts) t1=$(date +%s.%N)
 	pps=$(echo "$p0 $p1 $t0 $t1" | awk '{ printf "%.0f", ($2 - $1) / ($4 - $3) }')
 	case $prog in
-	*_lat) awk -v pps="$pps" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/ { v = $5 }
-		END { print (v ? v : "n/a"), "n/a", "n/a", pps }' /tmp/bench.c ;;
-	*) awk -v pps="$pps" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/ {
+	*_lat) awk -v pps="$pps" '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+/ { v = $5 }
+		END { print (v != "" ? v : "n/a"), "n/a", "n/a", pps }' /tmp/bench.c ;;
+	*) awk -v pps="$pps" '/^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+/ {
 			v = $4; m = $5; u = (NF >= 6) ? $6 : "n/a" }
-		END { print (v ? v : "n/a"), (m ? m : "n/a"), (u ? u : "n/a"), pps }' /tmp/bench.c ;;
+		END { print (v != "" ? v : "n/a"), (m != "" ? m : "n/a"), (u != "" ? u : "n/a"), pps }' /tmp/bench.c ;;
 	esac
 	grep -q . /tmp/bench.c && sed 's/^/# client: /' /tmp/bench.c >&2
 }
@@ -89,7 +89,7 @@ awk '
 			"rodp-rodp", "rodp/rxe", "rodp-rxe"
 		for (i = 1; i <= n; i++) {
 			split(order[i], k, ":")
-			unit = k[1] ~ /_lat$/ ? "usec" : "MB/s"
+			unit = k[1] ~ /_lat$/ ? "usec" : "MiB/s"
 			printf "%-13s %7s %5s %10s %10s %9s %10s\n", k[1], k[2], unit,
 				fig["rxe:rxe", order[i]], fig["rodp:rodp", order[i]],
 				ratio(fig["rodp:rodp", order[i]], fig["rxe:rxe", order[i]]),
@@ -105,8 +105,8 @@ awk '
 			for (j = 1; j <= 3; j++) {
 				p = j == 1 ? "rxe:rxe" : j == 2 ? "rodp:rodp" : "rodp:rxe"
 				f = fig[p, order[i]]; u = cpu[p, order[i]]
-				# CPU seconds per GB moved: one vCPU busy u % at f MB/s.
-				g = (f + 0 > 0 && u + 0 > 0) ? sprintf("%.1f", u / 100 / (f / 1000)) : "n/a"
+				# CPU seconds per GiB moved: one vCPU busy u % at f MiB/s.
+				g = (f + 0 > 0 && u + 0 > 0) ? sprintf("%.1f", u / 100 / (f / 1024)) : "n/a"
 				printf "%-13s %7s %-10s %8s %6s %10s %10s\n", k[1], k[2], p,
 					mpps[p, order[i]], u, pps[p, order[i]], g
 			}
