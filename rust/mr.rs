@@ -628,6 +628,11 @@ impl MrShared {
         }
     }
 
+    /// Whether the memory is paged on demand (explicit or implicit ODP).
+    pub(crate) fn is_odp(&self) -> bool {
+        matches!(&*self.mem, Memory::Odp(_))
+    }
+
     /// Faults an ODP range in at once (one batch for a whole message); nothing to do for
     /// other memory.
     pub(crate) fn touch(&self, off: usize, len: usize, write: bool) -> Result {

@@ -771,7 +771,12 @@ impl Qp {
             QpState::Err if s.srq.is_none() && self.kernel.is_none() => s.flush_recv(),
             _ => {}
         }
-        s.kick();
+        if self.kernel.is_none() {
+            // A user's doorbell, in the process that posted.
+            crate::engine::run_send_queue_now(s);
+        } else {
+            s.kick();
+        }
         Ok(())
     }
 }

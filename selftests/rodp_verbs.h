@@ -95,7 +95,7 @@ static inline struct ibv_qp *make_qp_ex(struct dev *d, struct ibv_cq *cq)
 {
 	struct ibv_qp_init_attr_ex a = {
 		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .pd = d->pd,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+		.cap = { .max_send_wr = 64, .max_recv_wr = 16, .max_send_sge = 1,
 			 .max_recv_sge = 1 },
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
@@ -274,11 +274,16 @@ static inline int post_srq_recv(struct ibv_srq *srq, void *addr, uint32_t len, u
 	return ibv_post_srq_recv(srq, &wr, &bad);
 }
 
-/* Hardware counter name of dev's port 1, as sysfs shows it, or -1. */
+/*
+ * Hardware counter name of dev's port 1, as sysfs shows it, or -1. ib_core serves a read in
+ * the same jiffy as the port's last one from its cache, and a send that completes in the
+ * doorbell can come and go within one: each read waits 11 ms first (a jiffy at HZ >= 100).
+ */
 static inline long hw_counter(const char *dev, const char *name)
 {
 	char path[256];
 
+	usleep(11000);
 	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, name);
 	return read_long(path);
 }

@@ -13,7 +13,8 @@
  * beyond the MR (NAK, QP in error), a packet out of its message's order (NAK), answers nobody
  * asked for. The requester: a two-packet SEND completes on the peer's ACK, an RNR NAK and a
  * PSN sequence NAK make it send again, silence makes it retry retry_cnt times and fail, and a
- * READ's response lands in place.
+ * READ's response lands in place. UD: a group's datagram is taken at QP 0xffffff of a group
+ * with members only.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -209,10 +210,11 @@ static unsigned short ip_csum(const uint8_t *p, int n)
 }
 
 /*
- * Sends p from 10.0.0.<src> to 10.0.0.1 as a frame on veth1 for veth0: pad, ICRC (its first
- * byte flipped when bad_icrc).
+ * Sends p from 10.0.0.<src> to the IPv4 address dst (host order) as a frame on veth1 for
+ * veth0 (to veth0's MAC, or a multicast address's): pad, ICRC (its first byte flipped when
+ * bad_icrc).
  */
-static int send_pkt(struct wire *w, struct pkt *p, int src, int bad_icrc)
+static int send_pkt_to(struct wire *w, struct pkt *p, int src, uint32_t dst, int bad_icrc)
 {
 	uint8_t f[4300], *ip = f + 14, *udp = ip + 20, *r = udp + 8;
 	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_halen = 6,
@@ -227,13 +229,19 @@ static int send_pkt(struct wire *w, struct pkt *p, int src, int bad_icrc)
 	memset(r + p->len, 0, pad);
 	rlen = p->len + pad + 4;
 	memcpy(f, w->dmac, 6);
+	if (IN_MULTICAST(dst)) {
+		uint8_t mc[6] = { 0x01, 0x00, 0x5e, dst >> 16 & 0x7f, dst >> 8 & 0xff, dst & 0xff };
+
+		memcpy(f, mc, 6);
+	}
 	memcpy(f + 6, w->smac, 6);
 	f[12] = 0x08, f[13] = 0x00;
 	memset(ip, 0, 20);
 	ip[0] = 0x45;
 	ip[2] = (20 + 8 + rlen) >> 8, ip[3] = (20 + 8 + rlen) & 0xff;
 	ip[6] = 0x40, ip[8] = 64, ip[9] = 17;
-	ip[12] = 10, ip[15] = src, ip[16] = 10, ip[19] = 1;
+	ip[12] = 10, ip[15] = src;
+	put32(ip + 16, dst);
 	c = ip_csum(ip, 20);
 	memcpy(ip + 10, &c, 2);
 	udp[0] = 0xc0, udp[1] = 0x01, udp[2] = ROCE_PORT >> 8, udp[3] = ROCE_PORT & 0xff;
@@ -243,9 +251,15 @@ static int send_pkt(struct wire *w, struct pkt *p, int src, int bad_icrc)
 	if (bad_icrc)
 		r[p->len + pad] ^= 0x5a;
 	flen = 14 + 20 + 8 + rlen;
-	memcpy(sll.sll_addr, w->dmac, 6);
+	memcpy(sll.sll_addr, f, 6);
 	return sendto(w->fd, f, flen, 0, (struct sockaddr *)&sll, sizeof(sll)) == (ssize_t)flen ?
 		0 : -1;
+}
+
+/* Sends p from 10.0.0.<src> to rodp0's address, 10.0.0.1. */
+static int send_pkt(struct wire *w, struct pkt *p, int src, int bad_icrc)
+{
+	return send_pkt_to(w, p, src, 0x0a000001, bad_icrc);
 }
 
 /*
@@ -727,7 +741,7 @@ TEST_F(wire, requester_sends_packets_and_completes_on_ack)
 	ASSERT_EQ(0, answer(&self->w, q, 0x20 | 1, 1));
 	EXPECT_REQ(&self->w, &a, SEND_FIRST, 0);
 	EXPECT_REQ(&self->w, &a, SEND_LAST, 1);
-	/* A PSN sequence NAK: sent again at once. */
+	/* A PSN sequence NAK: sent again at once, a transport retry (as rxe counts it). */
 	ASSERT_EQ(0, answer(&self->w, q, 0x60, 0));
 	EXPECT_REQ(&self->w, &a, SEND_FIRST, 0);
 	EXPECT_REQ(&self->w, &a, SEND_LAST, 1);
@@ -735,7 +749,7 @@ TEST_F(wire, requester_sends_packets_and_completes_on_ack)
 	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
 	EXPECT_EQ(11, wc.wr_id);
-	EXPECT_EQ(retries, cnt("completer_retry_err"));
+	EXPECT_EQ(retries + 1, cnt("completer_retry_err"));
 	EXPECT_EQ(rnr + 1, cnt("rcvd_rnr_err"));
 	/* The next message takes the next PSNs. */
 	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, self->mr->lkey, 0, 0, 0, 12));
@@ -856,6 +870,112 @@ TEST_F(wire, requester_read_waits_while_answered_and_asks_again_for_the_rest)
 	EXPECT_EQ(31, wc.wr_id);
 	EXPECT_EQ(0, memcmp(data, self->buf, sizeof(data)));
 	EXPECT_EQ(3, qp_psn(self->qp, IBV_QP_SQ_PSN));
+}
+
+/* Expects the completions of wr_ids first..last, in order and successful, within 3 s. */
+#define EXPECT_DONE(cq, first, last) do {					\
+	struct ibv_wc _wc;							\
+	for (uint64_t _id = (first); _id <= (last); _id++) {			\
+		ASSERT_EQ(1, poll1(cq, &_wc, 3000)) TH_LOG("no wr_id %lu", _id); \
+		EXPECT_EQ(IBV_WC_SUCCESS, _wc.status);				\
+		EXPECT_EQ(_id, _wc.wr_id);					\
+	}									\
+} while (0)
+
+/*
+ * SENDs and WRITEs go out behind the head before any answer. One ACK (for the last PSN of a
+ * later message) completes every message up to it, in order. A PSN sequence NAK within the
+ * window completes the messages before it and sends the rest again from its PSN (go back N).
+ * A READ waits until everything before it is answered, and nothing goes behind it.
+ */
+TEST_F(wire, requester_pipelines_sends_and_writes)
+{
+	uint32_t q = self->qp->qp_num, lkey = self->mr->lkey;
+	uint8_t data[16];
+	struct ibv_wc wc;
+	struct pkt a;
+
+	fill(self->buf, MTU + 100, 9);
+	/* PSNs 0-1, 2, 3, and the WRITE's 4. */
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, MTU + 100, lkey, 0, 0, 0, 1));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 10, lkey, 0, 0, 0, 2));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 20, lkey, 0, 0, 0, 3));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_WRITE, self->buf, 30, lkey, 0x1000, 0x55, 0,
+			       4));
+	EXPECT_REQ(&self->w, &a, SEND_FIRST, 0);
+	EXPECT_REQ(&self->w, &a, SEND_LAST, 1);
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 2);
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 3);
+	EXPECT_EQ(0x80, a.b[8] & 0x80);
+	EXPECT_REQ(&self->w, &a, WRITE_ONLY, 4);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 100));
+	EXPECT_EQ(5, qp_psn(self->qp, IBV_QP_SQ_PSN));
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 3));
+	EXPECT_DONE(self->cq, 1, 3);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 100));
+	/* A NAK for the WRITE's own PSN: it alone goes again. */
+	ASSERT_EQ(0, answer(&self->w, q, 0x60, 4));
+	EXPECT_REQ(&self->w, &a, WRITE_ONLY, 4);
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 4));
+	EXPECT_DONE(self->cq, 4, 4);
+	/* Go back N: PSNs 5, 6, 7; a NAK at 6 completes 5 and sends 6 and 7 again. */
+	for (int i = 5; i <= 7; i++)
+		ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, i));
+	for (int i = 5; i <= 7; i++)
+		EXPECT_REQ(&self->w, &a, SEND_ONLY, i);
+	ASSERT_EQ(0, answer(&self->w, q, 0x60, 6));
+	EXPECT_DONE(self->cq, 5, 5);
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 6);
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 7);
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 7));
+	EXPECT_DONE(self->cq, 6, 7);
+	/* A READ behind a SEND waits for the SEND's answer. */
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 8));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_READ, self->buf + 8192, sizeof(data), lkey,
+			       0x7000, 0x99, 0, 9));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 10));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 8);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("sent behind a SEND and a READ");
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 8));
+	EXPECT_REQ(&self->w, &a, READ_REQ, 9);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("sent behind a READ");
+	fill(data, sizeof(data), 10);
+	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_ONLY, 9, data, sizeof(data)));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 10);
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 10));
+	EXPECT_DONE(self->cq, 8, 10);
+	EXPECT_EQ(0, memcmp(data, self->buf + 8192, sizeof(data)));
+	EXPECT_EQ(11, qp_psn(self->qp, IBV_QP_SQ_PSN));
+}
+
+/*
+ * An RNR NAK for the head, then the PSN sequence NAK a responder sends for the packets that
+ * went behind it (rxe and rodp keep their expected PSN at the refused packet): after the RNR
+ * wait both messages go again, and the sequence NAK counts no transport retry.
+ */
+TEST_F(wire, requester_sequence_nak_after_rnr_nak_is_no_retry)
+{
+	long retries = cnt("completer_retry_err"), rnr = cnt("rcvd_rnr_err");
+	uint32_t q = self->qp->qp_num, lkey = self->mr->lkey;
+	struct ibv_wc wc;
+	struct pkt a;
+
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 1));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 2));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 0);
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 1);
+	/* RNR timer code 28: 122.88 ms, time for the requester to take the NAK first. */
+	ASSERT_EQ(0, answer(&self->w, q, 0x20 | 28, 0));
+	usleep(20000);
+	ASSERT_EQ(0, answer(&self->w, q, 0x60, 0));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 0);
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 1);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 200)) TH_LOG("sent a third time");
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 1));
+	EXPECT_DONE(self->cq, 1, 2);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 100));
+	EXPECT_EQ(retries, cnt("completer_retry_err"));
+	EXPECT_EQ(rnr + 1, cnt("rcvd_rnr_err"));
 }
 
 /*
@@ -1280,6 +1400,79 @@ TEST_F(wire, uc_requester_sends_and_completes_without_answers)
 	EXPECT_REQ(&self->w, &a, 0x2b, 2);
 	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ibv_destroy_qp(qp);
+}
+
+/* A DETH: the Q_Key and the source QP. */
+static void deth(struct pkt *p, uint32_t qkey, uint32_t src_qpn)
+{
+	uint8_t h[8];
+
+	put32(h, qkey);
+	put32(h + 4, src_qpn & 0xffffff);
+	add(p, h, 8);
+}
+
+#define UD_SEND_ONLY 0x64
+#define GROUP_IP 0xefff1203 /* 239.255.18.3 */
+#define OTHER_GROUP_IP 0xefff1204
+#define RODP0_IP 0x0a000001
+
+/* A UD SEND_ONLY of n bytes (pattern seed) from the peer's PEER_QPN to qpn at dst. */
+static int ud_pkt(struct wire *w, uint32_t dst, uint32_t qpn, size_t n, int seed)
+{
+	struct pkt p;
+
+	bth(&p, UD_SEND_ONLY, qpn, 0, 0);
+	deth(&p, 0x11111111, PEER_QPN);
+	fill(p.b + p.len, n, seed);
+	p.len += n;
+	return send_pkt_to(w, &p, PEER_IP, dst, 0);
+}
+
+/*
+ * A group's datagram from another host: sent to QP 0xffffff at the group's address, it reaches
+ * the attached QP. Sent to the group's address naming a QP, to QP 0xffffff at rodp0's own
+ * address, or to a group this host joined (a socket here) with no rodp member, it is dropped
+ * and counted once in rcvd_dropped_pkts.
+ */
+TEST_F(wire, group_datagrams_are_taken_only_at_qpn_0xffffff_of_a_group_with_members)
+{
+	struct ip_mreqn join = { .imr_multiaddr.s_addr = htonl(OTHER_GROUP_IP),
+				 .imr_ifindex = if_nametoindex("veth0") };
+	union ibv_gid mgid = {};
+	uint8_t data[200];
+	struct ibv_qp *qp;
+	struct ibv_wc wc;
+	long dropped;
+	int s;
+
+	qp = make_qp(&self->d, self->cq, self->cq, IBV_QPT_UD, NULL);
+	ASSERT_NE(NULL, qp);
+	ASSERT_EQ(0, ud_ready(qp, 0x11111111));
+	mgid.raw[10] = mgid.raw[11] = 0xff;
+	put32(mgid.raw + 12, GROUP_IP);
+	ASSERT_EQ(0, ibv_attach_mcast(qp, &mgid, 0));
+	s = socket(AF_INET, SOCK_DGRAM, 0);
+	ASSERT_LE(0, s);
+	ASSERT_EQ(0, setsockopt(s, IPPROTO_IP, IP_ADD_MEMBERSHIP, &join, sizeof(join)));
+	ASSERT_EQ(0, post_recv(qp, self->buf, 40 + sizeof(data), self->mr->lkey, 1));
+	dropped = cnt("rcvd_dropped_pkts");
+	ASSERT_EQ(0, ud_pkt(&self->w, GROUP_IP, qp->qp_num, sizeof(data), 1));
+	ASSERT_EQ(0, ud_pkt(&self->w, RODP0_IP, 0xffffff, sizeof(data), 2));
+	ASSERT_EQ(0, ud_pkt(&self->w, OTHER_GROUP_IP, 0xffffff, sizeof(data), 3));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
+	ASSERT_EQ(0, ud_pkt(&self->w, GROUP_IP, 0xffffff, sizeof(data), 4));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(1, wc.wr_id);
+	EXPECT_EQ(40 + sizeof(data), wc.byte_len);
+	EXPECT_EQ(PEER_QPN, wc.src_qp);
+	fill(data, sizeof(data), 4);
+	EXPECT_EQ(0, memcmp(data, self->buf + 40, sizeof(data)));
+	EXPECT_EQ(dropped + 3, cnt("rcvd_dropped_pkts"));
+	close(s);
+	EXPECT_EQ(0, ibv_detach_mcast(qp, &mgid, 0));
 	ibv_destroy_qp(qp);
 }
 

@@ -19,6 +19,13 @@
  * netdev join the IP group) and posts MC_N receives; the client sends MC_N datagrams to the
  * group (QP 0xffffff); the server checks each one's data and the GRH's source (the client's
  * GID) and destination (the group).
+ *
+ * With -s on both sides, a stream both ways at once: each side posts STREAM_N RDMA WRITEs of
+ * STREAM_LEN bytes (unsignaled, one chain: the requester keeps many in flight) into the second
+ * half of the peer's MR, then a signaled SEND. Each side's SEND completing says the peer took
+ * every WRITE; the peer's SEND arriving says, by RC's ordering, that its WRITEs are in place,
+ * and each side then compares them word by word. Over check2's lossy link this is the long
+ * transfer in both directions whose packets the transport must mend.
  */
 #include <getopt.h>
 #include <net/if.h>
@@ -41,6 +48,8 @@ static const union ibv_gid mc_group = {
 /* The client's QP in vanish mode: 4.096 us * 2^14 = 67 ms per try, 4 tries. */
 #define VANISH_TIMEOUT 14
 #define VANISH_RETRY 3
+#define STREAM_N 48
+#define STREAM_LEN 512
 /* Word i goes to offset OFF(i): spread over the first pages, 8-byte aligned. */
 #define OFF(i) (64 + (i) * 1000 / 8 * 8)
 
@@ -237,6 +246,70 @@ static int vanish_server(int s, struct dev *d)
 	return ret ? fail("link up") : 0;
 }
 
+/* -s: see the comment at the top; seed and peer_seed make the two sides' data differ. */
+static int stream(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv_mr *mr,
+		  const struct info *peer, int seed, int peer_seed)
+{
+	uint8_t *dst = buf + LEN / 2, *rx = buf + LEN / 2 - 64, *want;
+	struct ibv_sge sge[STREAM_N + 1], rsge = { (uintptr_t)rx, 64, mr->lkey };
+	struct ibv_send_wr wr[STREAM_N + 1], *bad;
+	struct ibv_recv_wr rwr = { .wr_id = 200, .sg_list = &rsge, .num_sge = 1 }, *rbad;
+	int sent = 0, arrived = 0, ret = 0;
+	char r;
+
+	fill(buf, STREAM_N * STREAM_LEN, seed);
+	if (ibv_post_recv(qp, &rwr, &rbad))
+		return fail("post recv");
+	/* Both receives are posted before either side sends. */
+	if (write(s, "s", 1) != 1 || read(s, &r, 1) != 1)
+		return fail("stream sync");
+	memset(wr, 0, sizeof(wr));
+	for (int i = 0; i <= STREAM_N; i++) {
+		sge[i] = (struct ibv_sge){ (uintptr_t)buf + i * STREAM_LEN, STREAM_LEN, mr->lkey };
+		wr[i].wr_id = 300 + i;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = 1;
+		wr[i].next = i < STREAM_N ? &wr[i + 1] : NULL;
+		wr[i].opcode = IBV_WR_RDMA_WRITE;
+		wr[i].wr.rdma.remote_addr = peer->addr + LEN / 2 + i * STREAM_LEN;
+		wr[i].wr.rdma.rkey = peer->rkey;
+	}
+	wr[STREAM_N].opcode = IBV_WR_SEND;
+	wr[STREAM_N].send_flags = IBV_SEND_SIGNALED;
+	sge[STREAM_N].length = 8;
+	if (ibv_post_send(qp, wr, &bad))
+		return fail("post stream");
+	while (!sent || !arrived) {
+		struct ibv_wc wc;
+
+		if (poll1(cq, &wc, 60000) != 1) {
+			fprintf(stderr, "wire_ops: stream: no completion (sent %d, arrived %d)\n",
+				sent, arrived);
+			return 1;
+		}
+		if (wc.status != IBV_WC_SUCCESS) {
+			fprintf(stderr, "wire_ops: stream: wr_id %llu: %s\n",
+				(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+			return 1;
+		}
+		sent |= wc.opcode == IBV_WC_SEND && wc.wr_id == 300 + STREAM_N;
+		arrived |= wc.opcode == IBV_WC_RECV && wc.wr_id == 200;
+	}
+	want = malloc(STREAM_N * STREAM_LEN);
+	if (!want)
+		return fail("alloc");
+	fill(want, STREAM_N * STREAM_LEN, peer_seed);
+	for (int i = 0; i < STREAM_N * STREAM_LEN; i += 8) {
+		if (memcmp(want + i, dst + i, 8)) {
+			fprintf(stderr, "wire_ops: stream: word at %d differs\n", i);
+			ret = 1;
+			break;
+		}
+	}
+	free(want);
+	return ret;
+}
+
 /* -m: see the comment at the top. */
 static int mcast(struct dev *d, const char *host)
 {
@@ -346,9 +419,9 @@ int main(int argc, char **argv)
 	struct ibv_mr *mr;
 	struct dev d;
 	uint8_t *buf;
-	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0;
+	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0, streams = 0;
 
-	while ((c = getopt(argc, argv, "d:g:c:vm")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:c:vms")) != -1) {
 		if (c == 'd')
 			devname = optarg;
 		else if (c == 'g')
@@ -359,6 +432,8 @@ int main(int argc, char **argv)
 			vanish = 1;
 		else if (c == 'm')
 			mc = 1;
+		else if (c == 's')
+			streams = 1;
 		else
 			return 2;
 	}
@@ -418,6 +493,17 @@ int main(int argc, char **argv)
 		}
 		printf("wire_ops: %s: peer vanished: %s\n", host ? "client" : "server",
 		       bad ? "FAILED" : "ok");
+		goto out;
+	}
+	if (streams) {
+		char r = 0;
+
+		bad = stream(s, qp, cq, buf, mr, &theirs, host ? 1 : 2, host ? 2 : 1);
+		/* Each side's verdict to the other: both must pass. */
+		if (write(s, bad ? "f" : "d", 1) != 1 || read(s, &r, 1) != 1 || r != 'd')
+			bad = 1;
+		printf("wire_ops: %s: stream of %d writes of %d bytes and a send each way: %s\n",
+		       host ? "client" : "server", STREAM_N, STREAM_LEN, bad ? "FAILED" : "ok");
 		goto out;
 	}
 	if (host) {

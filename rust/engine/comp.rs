@@ -52,6 +52,9 @@ pub(super) enum Exec {
     Sent,
     /// Still waiting for that answer: nothing changes.
     Pending,
+    /// Not for a user's doorbell (its memory is paged on demand, and a fault must not block
+    /// `ibv_post_send`): the QP's worker runs it.
+    Defer,
 }
 
 /// The transport timer: 4.096 us * 2^code; code 0 means "infinite", retried every 10 ms here.
@@ -107,6 +110,11 @@ pub(super) fn complete(
     let stats = &qp.tables.stats;
     match exec {
         Exec::Pending => return false,
+        Exec::Defer => {
+            drop(sq);
+            qp.kick();
+            return false;
+        }
         Exec::Sent => {
             sq.waiting = true;
             backoff(qp, &mut sq, timeout_delay(a.timeout));
@@ -146,7 +154,7 @@ pub(super) fn complete(
                 return false;
             }
         }
-        Exec::NoAnswer | Exec::Wait | Exec::Sent | Exec::Pending => {
+        Exec::NoAnswer | Exec::Wait | Exec::Sent | Exec::Pending | Exec::Defer => {
             let left = sq.retry_left.get_or_insert(a.retry_cnt);
             if *left == 0 && a.timeout != 0 {
                 stats.inc(Counter::RetryExceededErr);

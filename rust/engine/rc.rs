@@ -5,11 +5,16 @@
 //!
 //! **Requester.** The WQE at the head of the send queue goes out as packets of the path MTU
 //! with PSNs from the QP's `sq_psn` on, the last one asking for an ACK; an RDMA READ asks for at
-//! most [`READ_CHUNK`] bytes per request. One message is in flight at a time. The completer's
-//! half ([`response`]) runs on the device's inbox work and only records the answer in the QP's
-//! [`Answer`] (a READ's data goes into a buffer there: the inbox never touches a requester's
-//! memory, which may need a fault) and schedules the requester, which completes the WQE on its
-//! own worker. No answer within the retransmission timer sends the message again, `retry_cnt`
+//! most [`READ_CHUNK`] bytes per request. While a SEND or WRITE at the head waits for its
+//! answer, the SENDs and WRITEs behind it go too ([`send_ahead`]: up to [`AHEAD`] messages and
+//! about [`UNACKED_PSNS`] PSNs); a READ or an atomic goes only from the head, and nothing goes
+//! behind it. The completer's half ([`response`]) runs on the device's inbox work and only
+//! records the answer in the QP's [`Answer`] (a READ's data goes into a buffer there: the inbox
+//! never touches a requester's memory, which may need a fault) and schedules the requester,
+//! which completes the WQEs in order on its own worker. An ACK is cumulative: one for a message
+//! behind the head answers every message up to it, and a NAK there answers those before it
+//! and is kept for its own message. Sending the head again (after a timer or a PSN sequence
+//! NAK) sends the messages behind it again too, with the same PSNs (go back N). No answer within the retransmission timer sends the message again, `retry_cnt`
 //! times; a READ whose response packets still arrive when the timer fires waits on (as rxe,
 //! whose completer restarts the timer with every packet), and a READ sent again asks only for
 //! what is missing, from the first response packet not received (IBTA 9.7.5.1.1); an RNR NAK
@@ -67,13 +72,30 @@ const ATOMIC_CACHE: usize = 16;
 /// The AETH credit field rxe sends: no end-to-end flow control.
 const NO_CREDITS: u8 = 0x1f;
 
+/// Messages sent behind the one at the head while it waits for its answer.
+const AHEAD: usize = 32;
+
+/// PSNs the requester has unacknowledged before it sends no further message (rxe's
+/// `RXE_MAX_UNACKED_PSNS`); one message may take it past this.
+const UNACKED_PSNS: u32 = 128;
+
+/// PSNs that may be outstanding at all: a quarter of the PSN space, so that every comparison
+/// of two of them (half the space each way) stays right.
+const MAX_OUTSTANDING: u32 = 1 << 22;
+
 /// The requester's state of an RC QP whose peer is on another host (in `SendSide`).
 #[derive(Default)]
 pub(crate) struct Requester {
     /// PSN of the next new packet.
     next_psn: Psn,
+    /// One past the last PSN ever sent: going back N lowers `next_psn`, not this. The peer may
+    /// acknowledge up to it (it took those packets before they went again).
+    sent_end: Psn,
     /// The message of the WQE at the head, sent and not answered yet.
     inflight: Option<InFlight>,
+    /// SENDs and WRITEs of the WQEs behind it, sent while it waits (the first `n_ahead`).
+    ahead: [InFlight; AHEAD],
+    n_ahead: usize,
     /// The last answer was an RNR NAK: sending again after its timer is no transport retry.
     after_rnr: bool,
 }
@@ -83,6 +105,7 @@ impl Requester {
     pub(crate) fn new(psn: u32) -> Self {
         Self {
             next_psn: Psn::new(psn),
+            sent_end: Psn::new(psn),
             ..Default::default()
         }
     }
@@ -95,12 +118,60 @@ impl Requester {
     /// Forgets the message in flight (flush, reset).
     pub(crate) fn forget(&mut self) {
         self.inflight = None;
+        self.n_ahead = 0;
         self.after_rnr = false;
+        self.sent_end = self.next_psn;
+    }
+
+    /// Messages sent behind the head, waiting for their answers.
+    pub(super) fn ahead(&self) -> usize {
+        if self.inflight.is_some() {
+            self.n_ahead
+        } else {
+            0
+        }
+    }
+
+    /// Whether a message may go behind the head: the window has room.
+    pub(super) fn window_open(&self) -> bool {
+        self.inflight
+            .is_some_and(|head| self.n_ahead < AHEAD && self.outstanding(head) < UNACKED_PSNS)
+    }
+
+    /// PSNs sent from the head `head` on (a 24-bit distance, never negative: one message of
+    /// 2 GiB at a path MTU of 256 is 2^23 PSNs).
+    fn outstanding(&self, head: InFlight) -> u32 {
+        self.next_psn.get().wrapping_sub(head.first.get()) & Psn::MASK
+    }
+
+    /// Forgets the messages sent behind the head `f`, which is sent again: go back N, so the
+    /// WQEs behind it go again with the same PSNs (the peer answers what it took already as a
+    /// duplicate).
+    fn rewind(&mut self, f: InFlight) {
+        self.n_ahead = 0;
+        self.next_psn = f.first.add(f.npkts);
+    }
+
+    /// Takes the next `npkts` PSNs for a message (or, after going back N, again).
+    fn take_psns(&mut self, npkts: u32) -> Psn {
+        let first = self.next_psn;
+        self.next_psn = first.add(npkts);
+        self.sent_end = latest(self.sent_end, self.next_psn);
+        first
+    }
+}
+
+/// The later of two PSNs (within half the PSN space of each other).
+fn latest(a: Psn, b: Psn) -> Psn {
+    if b.diff(a) > 0 {
+        b
+    } else {
+        a
     }
 }
 
 /// One message (a READ: one chunk of it) on the wire.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct InFlight {
     /// PSN of its first packet.
     first: Psn,
@@ -133,6 +204,42 @@ struct Expect {
     buf: KVec<u8>,
     /// A READ: the bytes of the chunk.
     want: usize,
+    /// The last PSN sent behind the head (`last` when nothing is), including what went before
+    /// the requester went back N: ACKs and NAKs up to it are the peer's.
+    sent_last: Psn,
+    /// The last PSN behind the head that an ACK covered: the messages up to it are done.
+    acked: Option<Psn>,
+    /// A NAK for a message behind the head, kept for when it gets there.
+    later: Option<(Psn, Outcome)>,
+}
+
+impl Expect {
+    /// Waits for the answer to the message `f` behind the head, which gets there: it may have
+    /// come already.
+    fn promote(&mut self, f: InFlight) -> Option<Outcome> {
+        self.first = f.first;
+        self.last = f.first.add(f.npkts - 1);
+        self.next = f.first;
+        match self.acked {
+            Some(a) if a.diff(self.last) >= 0 => return Some(Outcome::Ack(0)),
+            // Nothing behind this message is acknowledged yet: forgotten, so that it never
+            // ages into a PSN far ahead (24 bits wrap).
+            Some(_) => self.acked = None,
+            None => {}
+        }
+        match self.later {
+            Some((p, o)) if p.diff(self.first) >= 0 && p.diff(self.last) <= 0 => {
+                self.later = None;
+                Some(o)
+            }
+            // A NAK for a message before this one (answered by an ACK since) is stale.
+            Some((p, _)) if p.diff(self.first) < 0 => {
+                self.later = None;
+                None
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How the peer answered.
@@ -215,15 +322,27 @@ fn advance(
     let Some(mtu) = Mtu::from_ib(a.path_mtu) else {
         return Step::Done(WcStatus::LocQpOpErr);
     };
-    let Some(f) = st.inflight else {
-        st.after_rnr = false;
-        return start(qp, st, a, sgid, m, mtu, 0);
+    let f = match st.inflight {
+        Some(f) => f,
+        None if st.n_ahead > 0 => {
+            st.after_rnr = false;
+            match promote(qp, st) {
+                Some(f) => f,
+                // Sent already: its answer is awaited under a timer armed afresh.
+                None => return Step::Exec(Exec::Sent),
+            }
+        }
+        None => {
+            st.after_rnr = false;
+            return start(qp, st, a, sgid, m, mtu, 0);
+        }
     };
     let (outcome, buf) = {
         let mut ans = qp.answer.lock();
         let o = ans.outcome.take();
+        // Messages behind the head wait for their answers in the same `Expect`.
         let buf = match o {
-            Some(Outcome::Ack(_)) => ans.expect.take().map(|e| e.buf),
+            Some(Outcome::Ack(_)) if st.n_ahead == 0 => ans.expect.take().map(|e| e.buf),
             _ => None,
         };
         (o, buf)
@@ -260,27 +379,139 @@ fn advance(
             st.after_rnr = true;
             Step::Reply(Reply::Rnr(t))
         }
-        Some(Outcome::Resend) => resend(qp, a, sgid, m, mtu, f),
-        None if timer_running => Step::Exec(Exec::Pending),
-        None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
-        None => {
-            if !core::mem::take(&mut st.after_rnr) {
-                // The retransmission timer expired.
-                let left = retry_left.get_or_insert(a.retry_cnt);
-                if *left == 0 && a.timeout != 0 {
-                    qp.tables.stats.inc(Counter::RetryExceededErr);
-                    st.forget();
-                    qp.answer.lock().forget();
-                    return Step::Done(WcStatus::RetryExcErr);
-                }
-                if a.timeout != 0 {
-                    *left -= 1;
-                }
-                qp.tables.stats.inc(Counter::CompleterRetryErr);
-            }
+        // A PSN sequence NAK: a transport retry, as a timer's expiry is (rxe counts both).
+        Some(Outcome::Resend) if !core::mem::take(&mut st.after_rnr) => {
+            retry(qp, st, retry_left, a, sgid, m, mtu, f)
+        }
+        // One after an RNR NAK: the peer refused the packets sent behind the one it could
+        // not take yet (rxe and rodp keep their expected PSN there), and the RNR wait is over.
+        Some(Outcome::Resend) => {
+            st.rewind(f);
             resend(qp, a, sgid, m, mtu, f)
         }
+        None if timer_running => Step::Exec(Exec::Pending),
+        None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
+        // After an RNR NAK's wait the message goes again without a transport retry.
+        None if core::mem::take(&mut st.after_rnr) => {
+            st.rewind(f);
+            resend(qp, a, sgid, m, mtu, f)
+        }
+        // The retransmission timer expired.
+        None => retry(qp, st, retry_left, a, sgid, m, mtu, f),
     }
+}
+
+/// Sends the message in flight `f` again as a transport retry, or completes its WQE with
+/// `RETRY_EXC_ERR` when `retry_cnt` retries are spent (`timeout` 0 retries for ever).
+#[expect(clippy::too_many_arguments)]
+fn retry(
+    qp: &Arc<QpShared>,
+    st: &mut Requester,
+    retry_left: &mut Option<u8>,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+    mtu: Mtu,
+    f: InFlight,
+) -> Step {
+    let left = retry_left.get_or_insert(a.retry_cnt);
+    if *left == 0 && a.timeout != 0 {
+        qp.tables.stats.inc(Counter::RetryExceededErr);
+        st.forget();
+        qp.answer.lock().forget();
+        return Step::Done(WcStatus::RetryExcErr);
+    }
+    if a.timeout != 0 {
+        *left -= 1;
+    }
+    qp.tables.stats.inc(Counter::CompleterRetryErr);
+    st.rewind(f);
+    resend(qp, a, sgid, m, mtu, f)
+}
+
+/// Makes the first message sent behind the head (of the WQE now at the head) the one in
+/// flight; returns it when its answer came already.
+fn promote(qp: &QpShared, st: &mut Requester) -> Option<InFlight> {
+    let f = st.ahead[0];
+    st.ahead.copy_within(1..st.n_ahead, 0);
+    st.n_ahead -= 1;
+    st.inflight = Some(f);
+    let mut ans = qp.answer.lock();
+    let Answer {
+        expect,
+        outcome,
+        progress,
+    } = &mut *ans;
+    *outcome = expect.as_mut().and_then(|e| e.promote(f));
+    // Answers to the message before it are no progress of this one.
+    *progress = false;
+    outcome.is_some().then_some(f)
+}
+
+/// Whether a WQE of operation `op` may be sent behind the head while it waits: SENDs and
+/// WRITEs, which are answered by ACKs only (a READ or an atomic waits until it is at the head,
+/// and nothing goes behind it).
+pub(super) fn pipelines(op: WrOpcode) -> bool {
+    matches!(
+        op,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm
+            | WrOpcode::SendWithInv
+            | WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
+    )
+}
+
+/// Sends the SEND or WRITE `m` of the WQE behind the last one sent, while the head waits for
+/// its answer (a SEND or WRITE too); whether it went.
+pub(super) fn send_ahead(
+    qp: &Arc<QpShared>,
+    st: &mut Requester,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+) -> bool {
+    let Some(mtu) = Mtu::from_ib(a.path_mtu) else {
+        return false;
+    };
+    let Some(head) = st.inflight.filter(|_| st.window_open()) else {
+        return false;
+    };
+    let f = InFlight {
+        first: st.next_psn,
+        npkts: mtu.packets(m.len as u64) as u32,
+        off: 0,
+        len: m.len,
+    };
+    if st.outstanding(head) + f.npkts > MAX_OUTSTANDING {
+        return false;
+    }
+    let Some(tx) = peer_tx(qp, a, sgid) else {
+        return false;
+    };
+    // Its answer may come before `transmit` returns.
+    let before = {
+        let mut ans = qp.answer.lock();
+        match ans.expect.as_mut() {
+            Some(e) if e.kind == Awaited::Ack => {
+                let before = e.sent_last;
+                e.sent_last = latest(before, f.first.add(f.npkts - 1));
+                before
+            }
+            _ => return false,
+        }
+    };
+    // A message whose own memory fails goes again at the head, which completes it in error.
+    if let Err(wire::NotSent::Local) = transmit(qp, &tx, m, mtu, f, Service::Rc) {
+        if let Some(e) = qp.answer.lock().expect.as_mut() {
+            e.sent_last = before;
+        }
+        return false;
+    }
+    st.take_psns(f.npkts);
+    st.ahead[st.n_ahead] = f;
+    st.n_ahead += 1;
+    true
 }
 
 /// Sends the message `m` (a READ: its chunk at `off`) for the first time.
@@ -295,7 +526,11 @@ fn start(
 ) -> Step {
     let (kind, npkts, len) = match m.opcode {
         WrOpcode::RdmaRead => {
-            let len = (m.len - off).min(READ_CHUNK);
+            // The WQE is read again for every chunk: its user may have shrunk it meanwhile.
+            let Some(rest) = m.len.checked_sub(off) else {
+                return Step::Done(WcStatus::LocLenErr);
+            };
+            let len = rest.min(READ_CHUNK);
             (Awaited::Read, mtu.packets(len as u64) as u32, len)
         }
         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => (Awaited::Atomic, 1, 8),
@@ -308,12 +543,11 @@ fn start(
         return Step::Done(WcStatus::LocQpOpErr);
     }
     let f = InFlight {
-        first: st.next_psn,
+        first: st.take_psns(npkts),
         npkts,
         off,
         len,
     };
-    st.next_psn = st.next_psn.add(npkts);
     st.inflight = Some(f);
     *qp.answer.lock() = Answer {
         expect: Some(Expect {
@@ -324,6 +558,10 @@ fn start(
             next: f.first,
             buf,
             want: if kind == Awaited::Read { len } else { 0 },
+            // Sent before already when the requester went back N.
+            sent_last: latest(f.first.add(npkts - 1), st.sent_end.add(u32::MAX)),
+            acked: None,
+            later: None,
         }),
         outcome: None,
         progress: false,
@@ -335,11 +573,15 @@ fn start(
 /// response packets arrived asks for the rest, from the first packet missing (the peer sends
 /// it from that PSN, as IBTA 9.7.5.1.1 allows, rxe too); anything else is sent whole.
 fn rest(e: &mut Expect, f: InFlight, mtu: Mtu) -> InFlight {
+    // Everything behind it goes again: their answers come again too (ACKs of what the peer
+    // took already are still taken, up to `sent_last`).
+    e.later = None;
     let got = e.buf.len();
     if e.kind == Awaited::Read && got > 0 && got < f.len {
         let len = f.len - got;
         let npkts = mtu.packets(len as u64) as u32;
         e.last = e.next.add(npkts - 1);
+        e.sent_last = e.last;
         return InFlight {
             first: e.next,
             npkts,
@@ -396,13 +638,13 @@ pub(super) fn send_unacked(
     let Some(mtu) = Mtu::from_ib(a.path_mtu) else {
         return WcStatus::LocQpOpErr;
     };
+    let npkts = mtu.packets(m.len as u64) as u32;
     let f = InFlight {
-        first: st.next_psn,
-        npkts: mtu.packets(m.len as u64) as u32,
+        first: st.take_psns(npkts),
+        npkts,
         off: 0,
         len: m.len,
     };
-    st.next_psn = st.next_psn.add(f.npkts);
     let Some(tx) = peer_tx(qp, a, sgid) else {
         return WcStatus::Success;
     };
@@ -565,8 +807,8 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
             progress,
         } = &mut *ans;
         match expect.as_mut() {
-            Some(e) if outcome.is_none() && e.peer == *from => {
-                let o = answer(e, p, psn);
+            Some(e) if e.peer == *from => {
+                let o = answer(e, p, psn, outcome.is_none());
                 match o {
                     Some(Some(o)) => *outcome = Some(o),
                     Some(None) => *progress = true,
@@ -585,9 +827,33 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
 
 /// Whether `p` at `psn` is an answer to the message `e` waits for (`None`: it is not), and
 /// what it says when it ends the wait (a READ response's data is kept).
-fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn) -> Option<Option<Outcome>> {
+fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option<Outcome>> {
     let within = psn.diff(e.first) >= 0 && psn.diff(e.last) <= 0;
-    match (p.info.kind, p.hdr.aeth.map(|a| a.syndrome)) {
+    let syndrome = p.hdr.aeth.map(|a| a.syndrome);
+    if p.info.kind == Kind::Ack && psn.diff(e.last) > 0 && psn.diff(e.sent_last) <= 0 {
+        // Behind the head: an ACK there is cumulative, and a NAK says the peer took every
+        // packet before it, so either answers the head too.
+        let (upto, nak) = match syndrome? {
+            Syndrome::Ack(_) => (psn, None),
+            Syndrome::RnrNak(t) => (psn.add(u32::MAX), Some(Outcome::Rnr(t))),
+            Syndrome::Nak(code) => (psn.add(u32::MAX), Some(nak_outcome(code))),
+        };
+        if e.acked.is_none_or(|a| upto.diff(a) > 0) {
+            e.acked = Some(upto);
+        }
+        if let Some(o) = nak {
+            // The earliest NAK counts: the peer took nothing after it.
+            if e.later.is_none_or(|(q, _)| psn.diff(q) < 0) {
+                e.later = Some((psn, o));
+            }
+        }
+        return Some(open.then_some(Outcome::Ack(0)));
+    }
+    if !open {
+        // The head has its answer already.
+        return None;
+    }
+    match (p.info.kind, syndrome) {
         (Kind::Ack, Some(Syndrome::Ack(_)))
             if matches!(e.kind, Awaited::Ack | Awaited::Placed) && psn == e.last =>
         {
@@ -602,12 +868,7 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn) -> Option<Option<Outcome>> {
             Some(Some(Outcome::Ack(0)))
         }
         (Kind::Ack, Some(Syndrome::RnrNak(t))) if within => Some(Some(Outcome::Rnr(t))),
-        (Kind::Ack, Some(Syndrome::Nak(code))) if within => Some(Some(match code {
-            NakCode::PsnSeqErr => Outcome::Resend,
-            NakCode::RemAccess => Outcome::Nak(Nak::Access),
-            NakCode::RemOp => Outcome::Nak(Nak::Op),
-            NakCode::InvReq | NakCode::InvRdReq => Outcome::Nak(Nak::InvReq),
-        })),
+        (Kind::Ack, Some(Syndrome::Nak(code))) if within => Some(Some(nak_outcome(code))),
         (Kind::AtomicAck, Some(Syndrome::Ack(_)))
             if e.kind == Awaited::Atomic && psn == e.first =>
         {
@@ -627,6 +888,16 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn) -> Option<Option<Outcome>> {
             Some(done.then_some(Outcome::Ack(0)))
         }
         _ => None,
+    }
+}
+
+/// What a NAK with `code` makes of the message it names.
+fn nak_outcome(code: NakCode) -> Outcome {
+    match code {
+        NakCode::PsnSeqErr => Outcome::Resend,
+        NakCode::RemAccess => Outcome::Nak(Nak::Access),
+        NakCode::RemOp => Outcome::Nak(Nak::Op),
+        NakCode::InvReq | NakCode::InvRdReq => Outcome::Nak(Nak::InvReq),
     }
 }
 
@@ -1107,12 +1378,27 @@ mod tests {
             next: Psn::new(first),
             buf,
             want,
+            sent_last: Psn::new(last),
+            acked: None,
+            later: None,
         }
     }
 
     /// What `e` makes of a packet `op` at `psn` with `syndrome` and `payload`.
     fn feed(
         e: &mut Expect,
+        op: Opcode,
+        psn: u32,
+        syndrome: Option<Syndrome>,
+        payload: &[u8],
+    ) -> Option<Option<Outcome>> {
+        feed_to(e, true, op, psn, syndrome, payload)
+    }
+
+    /// The same, while the head's answer is still awaited (`open`) or not.
+    fn feed_to(
+        e: &mut Expect,
+        open: bool,
         op: Opcode,
         psn: u32,
         syndrome: Option<Syndrome>,
@@ -1126,7 +1412,7 @@ mod tests {
         let mut b = [0u8; 512];
         let n = build(&h, payload, &mut b).unwrap();
         let p = parse(&b[..n]).unwrap();
-        answer(e, &p, Psn::new(psn))
+        answer(e, &p, Psn::new(psn), open)
     }
 
     fn is_ack(o: Option<Option<Outcome>>) -> bool {
@@ -1143,6 +1429,72 @@ mod tests {
         // Across the wrap of the 24-bit PSN.
         let mut e = expect(Awaited::Ack, 0xff_ffff, 0, 0);
         assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 0, ack, &[])));
+    }
+
+    #[test]
+    fn answers_behind_the_head_are_kept_for_when_it_gets_there() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let seq = Some(Syndrome::Nak(NakCode::PsnSeqErr));
+        let msg = |first, npkts| InFlight {
+            first: Psn::new(first),
+            npkts,
+            off: 0,
+            len: 0,
+        };
+        // The head at 10..=12, messages 13..=15 and 16..=20 behind it.
+        let mut e = expect(Awaited::Ack, 10, 12, 0);
+        e.sent_last = Psn::new(20);
+        // A coalesced ACK answers the head and the message it names.
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 15, ack, &[])));
+        // The head has its answer: a NAK behind it is only kept.
+        assert!(matches!(
+            feed_to(&mut e, false, Opcode::RC_ACKNOWLEDGE, 18, seq, &[]),
+            Some(None)
+        ));
+        // Nothing beyond what was sent, and no ACK of the head's own twice.
+        assert!(feed_to(&mut e, false, Opcode::RC_ACKNOWLEDGE, 21, ack, &[]).is_none());
+        assert!(feed_to(&mut e, false, Opcode::RC_ACKNOWLEDGE, 12, ack, &[]).is_none());
+        assert!(matches!(e.promote(msg(13, 3)), Some(Outcome::Ack(_))));
+        assert!(matches!(e.promote(msg(16, 5)), Some(Outcome::Resend)));
+        assert!(e.later.is_none());
+        // The head at 16..=20 again (sent again, nothing behind it): only its own last PSN.
+        e.sent_last = e.last;
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 21, ack, &[]).is_none());
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 20, ack, &[])));
+    }
+
+    #[test]
+    fn going_back_n_keeps_the_peers_acks_of_what_went_before() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let msg = |first, npkts| InFlight {
+            first: Psn::new(first),
+            npkts,
+            off: 0,
+            len: 0,
+        };
+        // PSNs near the wrap: the head at 0xfffffe..=0xffffff, then 0..=2 and 3 behind it.
+        let mut st = Requester::new(0xff_fffe);
+        assert_eq!(st.take_psns(2).get(), 0xff_fffe);
+        assert_eq!(st.take_psns(3).get(), 0);
+        assert_eq!(st.take_psns(1).get(), 3);
+        assert_eq!(st.sent_end.get(), 4);
+        // Back N: the head goes again, the PSNs behind it are taken again, the end stays.
+        st.rewind(msg(0xff_fffe, 2));
+        assert_eq!(st.next_psn(), 0);
+        assert_eq!(st.take_psns(3).get(), 0);
+        assert_eq!(st.sent_end.get(), 4);
+        let mut e = expect(Awaited::Ack, 0xff_fffe, 0xff_ffff, 0);
+        e.sent_last = Psn::new(3);
+        let _ = rest(&mut e, msg(0xff_fffe, 2), Mtu::from_ib(1).unwrap());
+        // The peer took everything before, and answers the head's duplicate at PSN 3.
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 3, ack, &[])));
+        assert!(matches!(e.promote(msg(0, 3)), Some(Outcome::Ack(_))));
+        assert!(matches!(e.promote(msg(3, 1)), Some(Outcome::Ack(_))));
+        // Never beyond what went out.
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 4, ack, &[]).is_none());
+        // A flush forgets it.
+        st.forget();
+        assert_eq!(st.sent_end.get(), st.next_psn());
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::{
     mw::Via,
     odp::Faults,
     qp::{QpShared, SendSide},
+    queue::Queue,
     stats::{packets, Counter},
 };
 use core::cell::Cell;
@@ -56,9 +57,23 @@ pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
     let Some(_worker) = share::enter(qp, Job::Requester) else {
         return;
     };
+    run(qp, true);
+}
+
+/// Runs a QP's send queue in the caller, a user's doorbell (`ibv_post_send`): the process that
+/// posted does the work, on its own CPU time and at once, instead of waiting for a worker
+/// (each wait for a worker is a scheduling delay, a whole tick when the poster busy-polls its
+/// CQ on the same CPU). It never waits for the send queue: when another holds it (its worker,
+/// which may be faulting memory in), or when the budget is used, the worker is scheduled.
+pub(crate) fn run_send_queue_now(qp: &Arc<QpShared>) {
+    run(qp, false);
+}
+
+/// Runs the send queue up to the budget, waiting for its lock (`wait`) or not.
+fn run(qp: &Arc<QpShared>, wait: bool) {
     let mut moved = 0;
     for _ in 0..BUDGET {
-        if !step(qp, &mut moved) {
+        if !step(qp, &mut moved, wait) {
             return;
         }
         if moved >= BYTE_BUDGET {
@@ -69,15 +84,32 @@ pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
 }
 
 /// Handles the WQE at the head of the send queue, adding the bytes it moved to `moved`;
-/// returns whether to go on.
-fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
+/// returns whether to go on. Without `wait`, a send queue someone else holds is left to the
+/// QP's worker.
+fn step(qp: &Arc<QpShared>, moved: &mut usize, wait: bool) -> bool {
     let generation = qp.generation();
-    let mut sq = qp.sq.lock();
+    let lock = || {
+        let sq = if wait {
+            Some(qp.sq.lock())
+        } else {
+            qp.sq.try_lock()
+        };
+        if sq.is_none() {
+            qp.kick();
+        }
+        sq
+    };
+    let Some(mut sq) = lock() else {
+        return false;
+    };
     if sq.attr_gen != Some(generation) {
         // Copied under the attribute lock taken before the ring lock, as `modify` does.
         drop(sq);
         let a = *qp.attrs.lock();
-        sq = qp.sq.lock();
+        let Some(again) = lock() else {
+            return false;
+        };
+        sq = again;
         sq.attr = a;
         sq.attr_gen = Some(generation);
     }
@@ -127,6 +159,8 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
         wire,
         timer_running: backoff.is_some(),
         retry_left,
+        behind: false,
+        now: !wait,
     };
     let n = buf.len().min(q.elem_size());
     if q.read(*cons, &mut buf[..n]).is_err() {
@@ -153,7 +187,77 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize) -> bool {
         _ => Exec::Done(WcStatus::LocQpOpErr, 0),
     };
     scratch.clear();
+    if matches!(exec, Exec::Sent | Exec::Pending) && op.is_some_and(rc::pipelines) {
+        // The head waits for its answer from another host: the WQEs behind it go meanwhile.
+        send_behind(qp, &q, &mut sq, moved, !wait);
+    }
     comp::complete(qp, sq, &q, &wqe, op, exec)
+}
+
+/// Sends the SENDs and WRITEs behind the head of `qp`'s send queue `q` (an RC QP whose peer is
+/// on another host) while the head waits for its answer, as many as the transport's window
+/// takes; adds the bytes sent to `moved`. `now`: in a user's doorbell.
+fn send_behind(qp: &Arc<QpShared>, q: &Queue, sq: &mut SendSide, moved: &mut usize, now: bool) {
+    let SendSide {
+        cons,
+        buf,
+        peer,
+        sgid,
+        attr,
+        scratch,
+        ticket,
+        wire,
+        retry_left,
+        ..
+    } = sq;
+    let Some((peer @ Peer::Remote, _)) = peer.as_ref() else {
+        return;
+    };
+    if qp.qp_type != QpType::Rc {
+        return;
+    }
+    let n = buf.len().min(q.elem_size());
+    let mut i = q.next(*cons);
+    for _ in 0..wire.ahead() {
+        i = q.next(i);
+    }
+    while wire.window_open() && i != q.producer() && q.read(i, &mut buf[..n]).is_ok() {
+        let w = SendWqe::parse(buf);
+        let Some(op) = WrOpcode::from_raw(w.opcode).filter(|o| rc::pipelines(*o)) else {
+            return;
+        };
+        let remote = Remote {
+            wire,
+            timer_running: true,
+            retry_left,
+            behind: true,
+            now,
+        };
+        let raw = &buf[..n];
+        let exec = execute(
+            qp,
+            attr,
+            op,
+            &w,
+            raw,
+            Some((peer, sgid)),
+            scratch,
+            ticket,
+            remote,
+            moved,
+        );
+        scratch.clear();
+        match exec {
+            Exec::Sent => {}
+            // ODP memory in a user's doorbell: the worker sends it (and what follows).
+            Exec::Defer => {
+                qp.kick();
+                return;
+            }
+            _ => return,
+        }
+        i = q.next(i);
+    }
 }
 
 /// The peer of a connected (RC or UC) QP.
@@ -179,6 +283,11 @@ struct Remote<'a> {
     /// Whether the retransmission or RNR timer still runs.
     timer_running: bool,
     retry_left: &'a mut Option<u8>,
+    /// The WQE is behind the head, which waits for its answer: send it if the window allows
+    /// ([`rc::send_ahead`]), complete nothing.
+    behind: bool,
+    /// Run in a user's doorbell: a WQE with ODP memory is left to the worker ([`Exec::Defer`]).
+    now: bool,
 }
 
 /// Executes one send WQE `w` (operation `op`) of `qp`; `raw` is the whole WQE (for its SGEs
@@ -262,7 +371,8 @@ fn execute(
             }
         }
         let need = if read_like { access::LOCAL_WRITE } else { 0 };
-        match resolve(qp, sges, need, segs, true) {
+        match resolve(qp, sges, need, segs, !remote.now) {
+            _ if remote.now && segs.iter().any(|s| s.mr.is_odp()) => return Exec::Defer,
             Ok(len) => (None, len),
             // Every local key, right or range fault is a local protection error.
             Err(_) => return Exec::Done(WcStatus::LocProtErr, 0),
@@ -370,7 +480,16 @@ fn execute(
                     wire,
                     timer_running,
                     retry_left,
+                    behind,
+                    ..
                 } = remote;
+                if behind {
+                    if !rc::send_ahead(qp, wire, a, sgid, &msg) {
+                        return Exec::Pending;
+                    }
+                    *moved = moved.saturating_add(msg.carried());
+                    return Exec::Sent;
+                }
                 let step = rc::execute(qp, wire, timer_running, retry_left, a, sgid, &msg, segs);
                 return match step {
                     rc::Step::Reply(r) => {

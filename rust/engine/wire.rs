@@ -287,11 +287,13 @@ impl Inbox {
         };
         // A group is addressed by QP 0xffffff only (the IBA's multicast QPN): a datagram to a
         // multicast address naming another QP reaches nobody.
-        if p.hdr.bth.dest_qpn == mcast::MULTICAST_QPN || Gid(ib.dgid).is_multicast() {
-            return p.hdr.bth.dest_qpn == mcast::MULTICAST_QPN
-                && p.info.service == Service::Ud
-                && Gid(ib.dgid).is_multicast()
-                && self.deliver_group(ib, &p);
+        match (
+            p.hdr.bth.dest_qpn == mcast::MULTICAST_QPN,
+            Gid(ib.dgid).is_multicast(),
+        ) {
+            (false, false) => {}
+            (true, true) => return p.info.service == Service::Ud && self.deliver_group(ib, &p),
+            _ => return false,
         }
         let Some(qp) = self.tables.qps.get(p.hdr.bth.dest_qpn) else {
             return false;

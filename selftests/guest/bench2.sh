@@ -97,7 +97,7 @@ awk '
 		}
 		print ""
 		printf "%-13s %7s %-10s %8s %6s %10s %10s\n", "test", "bytes", "pair", "Mpps",
-			"CPU%", "pkt/s", "CPU s/GB"
+			"CPU%", "pkt/s", "CPU s/GiB"
 		for (i = 1; i <= n; i++) {
 			split(order[i], k, ":")
 			if (k[1] ~ /_lat$/)

@@ -65,7 +65,8 @@ rping_role() {
 # wire_ops ARGS: selftests/wire_ops.c, TCP port 18516 for the exchange. Without ARGS: ATOMIC
 # WRITE and FLUSH from B into A's memory, read back and compared on both sides. With -v: A
 # vanishes (takes its link down for 6 s) after B's first WRITE, and B's next WRITE must end in
-# RETRY_EXC_ERR within the time its QP's timeout and retry_cnt imply.
+# RETRY_EXC_ERR within the time its QP's timeout and retry_cnt imply. With -s: 48 WRITEs and a
+# SEND each way at once (pipelined), the data compared on both sides.
 ops_role() {
 	side=$1
 	shift
@@ -230,6 +231,7 @@ cases() {
 	case2 "ib_read_lat 64K" rodp rxe perf ib_read_lat -n 5 -s 65536
 	case2 "ib_atomic_lat" rodp rxe perf ib_atomic_lat -n 5
 	case2 "wire_ops" rodp rxe ops_role
+	case2 "wire_ops stream" rodp rxe ops_role -s
 	# rodp asking rxe: the same, rping (rdma_cm RC; SEND, READ and WRITE, data verified),
 	# RC over IPv6, and last a peer that vanishes (A takes its link down for 6 s): rodp's
 	# requester ends in RETRY_EXC_ERR in time.
@@ -260,8 +262,10 @@ cases() {
 	case2 "rping 3" rodp rodp rping_role -C 3
 	case2 "ib_write_lat 8K" rodp rodp perf ib_write_lat -n 5 -s 8192
 	case2 "wire_ops" rodp rodp ops_role
+	case2 "wire_ops stream" rodp rodp ops_role -s
 	case2 "lossy ibv_rc_pingpong 16K" rodp rodp lossy verbs ibv_rc_pingpong -n 20 -s 16384 -c
 	case2 "lossy rping 10" rodp rodp lossy rping_role -C 10 -S 8192
+	case2 "lossy wire_ops stream" rodp rodp lossy ops_role -s
 	case2 "wire_ops vanish" rodp rodp ops_role -v
 }
 
