@@ -24,8 +24,11 @@
  * STREAM_LEN bytes (unsignaled, one chain: the requester keeps many in flight) into the second
  * half of the peer's MR, then a signaled SEND. Each side's SEND completing says the peer took
  * every WRITE; the peer's SEND arriving says, by RC's ordering, that its WRITEs are in place,
- * and each side then compares them word by word. Over check2's lossy link this is the long
- * transfer in both directions whose packets the transport must mend.
+ * and each side then compares them word by word. -r ROUNDS repeats that with new data each
+ * round (after both sides compared the last). Over check2's lossy link this is the long
+ * transfer in both directions whose packets the transport must mend; each side finishes only
+ * when its own SEND is acknowledged and the other's verdict arrived, so neither destroys its
+ * QP while the other still waits for an acknowledgement.
  */
 #include <getopt.h>
 #include <net/if.h>
@@ -246,8 +249,8 @@ static int vanish_server(int s, struct dev *d)
 	return ret ? fail("link up") : 0;
 }
 
-/* -s: see the comment at the top; seed and peer_seed make the two sides' data differ. */
-static int stream(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv_mr *mr,
+/* One round of -s: see the comment at the top; seed and peer_seed make the data differ. */
+static int stream_round(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv_mr *mr,
 		  const struct info *peer, int seed, int peer_seed)
 {
 	uint8_t *dst = buf + LEN / 2, *rx = buf + LEN / 2 - 64, *want;
@@ -308,6 +311,22 @@ static int stream(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, str
 	}
 	free(want);
 	return ret;
+}
+
+/* -s with -r ROUNDS: the rounds one after the other, each with data of its own. */
+static int stream(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv_mr *mr,
+		  const struct info *peer, int rounds, int host)
+{
+	for (int k = 0; k < rounds; k++) {
+		int seed = 1 + 2 * k;
+
+		if (stream_round(s, qp, cq, buf, mr, peer, host ? seed : seed + 1,
+				 host ? seed + 1 : seed)) {
+			fprintf(stderr, "wire_ops: stream: round %d of %d failed\n", k + 1, rounds);
+			return 1;
+		}
+	}
+	return 0;
 }
 
 /* -m: see the comment at the top. */
@@ -419,9 +438,9 @@ int main(int argc, char **argv)
 	struct ibv_mr *mr;
 	struct dev d;
 	uint8_t *buf;
-	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0, streams = 0;
+	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0, streams = 0, rounds = 1;
 
-	while ((c = getopt(argc, argv, "d:g:c:vms")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:c:vmsr:")) != -1) {
 		if (c == 'd')
 			devname = optarg;
 		else if (c == 'g')
@@ -434,6 +453,8 @@ int main(int argc, char **argv)
 			mc = 1;
 		else if (c == 's')
 			streams = 1;
+		else if (c == 'r')
+			rounds = atoi(optarg);
 		else
 			return 2;
 	}
@@ -498,12 +519,13 @@ int main(int argc, char **argv)
 	if (streams) {
 		char r = 0;
 
-		bad = stream(s, qp, cq, buf, mr, &theirs, host ? 1 : 2, host ? 2 : 1);
+		bad = stream(s, qp, cq, buf, mr, &theirs, rounds, !!host);
 		/* Each side's verdict to the other: both must pass. */
 		if (write(s, bad ? "f" : "d", 1) != 1 || read(s, &r, 1) != 1 || r != 'd')
 			bad = 1;
-		printf("wire_ops: %s: stream of %d writes of %d bytes and a send each way: %s\n",
-		       host ? "client" : "server", STREAM_N, STREAM_LEN, bad ? "FAILED" : "ok");
+		printf("wire_ops: %s: %d rounds of %d writes of %d bytes and a send each way: %s\n",
+		       host ? "client" : "server", rounds, STREAM_N, STREAM_LEN,
+		       bad ? "FAILED" : "ok");
 		goto out;
 	}
 	if (host) {
