@@ -12,7 +12,8 @@
  * then the server takes the netdev of its GID down for VANISH_S seconds; the client's next
  * WRITE must end in IBV_WC_RETRY_EXC_ERR, with the QP in the error state, no sooner than
  * retry_cnt + 1 timeouts and no later than four times that (IBTA lets the timer run up to four
- * times the QP's timeout) plus a second of slack for the emulated guests.
+ * times the QP's timeout) plus a second of slack for the emulated guests. The server takes its
+ * link down with SIOCSIFFLAGS, so -v needs root (CAP_NET_ADMIN) on the server's side.
  *
  * With -m on both sides, UD multicast without rdma_cm: the server attaches a UD QP to the
  * group ::ffff:239.255.18.2 with ibv_attach_mcast alone (the device itself must make its

@@ -4,7 +4,8 @@
 //! mlx5's page-fault work queue: the NIC answers the message with an RNR NAK while the driver
 //! faults, and the requester retries).
 //!
-//! The responder runs on the requester's work item, holding the requester's send side: it
+//! The responder runs in the requester's run (its work item, or the doorbell of the process that
+//! posted), holding the requester's send side: it
 //! never faults there. When a range of its own memory is not mapped, it records the range
 //! ([`Want`]) and the waiting requester here and answers [`super::Reply::Wait`]; the fault
 //! runs on the responder QP's fault work, holding no lock of any QP, and then kicks every

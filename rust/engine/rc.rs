@@ -992,8 +992,14 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     let Some(op) = wr_opcode(p) else {
         return false;
     };
-    // Looked up before the ring lock is taken (the device list has a lock of its own).
-    let mut tx = Tx::new(&qp.tables, qp.qpn, to, from, 0, 64, 0);
+    // The way back to the peer's QP `dest_qpn`, looked up only for an answer, with no ring lock
+    // held (the device list has a lock of its own).
+    let back = |dest_qpn: u32| {
+        Tx::new(&qp.tables, qp.qpn, to, from, 0, 64, 0).map(|mut t| {
+            t.dest_qpn = dest_qpn;
+            t
+        })
+    };
     let mut rq = qp.rq.lock();
     if rq.peer.1 != *from {
         drop(rq);
@@ -1003,9 +1009,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     if !qp.can_receive() {
         return false;
     }
-    if let Some(t) = tx.as_mut() {
-        t.dest_qpn = rq.peer.0;
-    }
+    let dest = rq.peer.0;
     let psn = p.hdr.bth.psn;
     let uc = qp.qp_type == QpType::Uc;
     if uc && !rq.wire.uc_in_step(psn, p.info.position) {
@@ -1021,7 +1025,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
             drop(rq);
             ack(
                 qp,
-                tx.as_ref(),
+                back(dest).as_ref(),
                 Syndrome::Nak(NakCode::PsnSeqErr),
                 epsn,
                 msn,
@@ -1085,7 +1089,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                     return false;
                 }
                 drop(rq);
-                let _ = read(qp, tx.as_ref(), &m, psn, msn);
+                let _ = read(qp, back(dest).as_ref(), &m, psn, msn);
             }
             Kind::CompareSwap | Kind::FetchAdd => {
                 let orig = w
@@ -1096,20 +1100,20 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                     .map(|(_, v)| *v);
                 drop(rq);
                 match orig {
-                    Some(v) => atomic_ack(qp, tx.as_ref(), psn, msn, v),
+                    Some(v) => atomic_ack(qp, back(dest).as_ref(), psn, msn, v),
                     None => return false,
                 }
             }
             // Answered again as the first time (rxe replays its resource), not executed.
             Kind::Flush | Kind::AtomicWrite => {
                 drop(rq);
-                placed_ack(qp, tx.as_ref(), psn, msn);
+                placed_ack(qp, back(dest).as_ref(), psn, msn);
             }
             _ => {
                 drop(rq);
                 ack(
                     qp,
-                    tx.as_ref(),
+                    back(dest).as_ref(),
                     Syndrome::Ack(NO_CREDITS),
                     epsn.add(u32::MAX),
                     msn,
@@ -1160,7 +1164,6 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     };
     drop(rq);
     // Counted, and a NAK moves an RC QP to ERR, with no ring lock held.
-    let tx = tx.as_ref();
     let r = resp::answered(qp, r);
     if uc {
         // Nothing is answered: a message refused is dropped.
@@ -1178,12 +1181,14 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 .add(Counter::RcvdBytes, p.payload.len() as u64);
             match p.info.kind {
                 Kind::ReadRequest => {
-                    let _ = read(qp, tx, &m, psn, msn);
+                    let _ = read(qp, back(dest).as_ref(), &m, psn, msn);
                 }
-                Kind::CompareSwap | Kind::FetchAdd => atomic_ack(qp, tx, psn, msn, orig),
-                Kind::Flush | Kind::AtomicWrite => placed_ack(qp, tx, psn, msn),
+                Kind::CompareSwap | Kind::FetchAdd => {
+                    atomic_ack(qp, back(dest).as_ref(), psn, msn, orig)
+                }
+                Kind::Flush | Kind::AtomicWrite => placed_ack(qp, back(dest).as_ref(), psn, msn),
                 _ if p.hdr.bth.ack_req || p.info.position.ends() => {
-                    ack(qp, tx, Syndrome::Ack(NO_CREDITS), psn, msn)
+                    ack(qp, back(dest).as_ref(), Syndrome::Ack(NO_CREDITS), psn, msn)
                 }
                 _ => {}
             }
@@ -1194,12 +1199,12 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 Nak::Access => NakCode::RemAccess,
                 Nak::Op => NakCode::RemOp,
             };
-            ack(qp, tx, Syndrome::Nak(code), psn, msn);
+            ack(qp, back(dest).as_ref(), Syndrome::Nak(code), psn, msn);
         }
         _ => {
             // The receive queue is empty, or the memory is being faulted in: ask again later.
             let t = qp.min_rnr_timer.load(Acquire) as u8;
-            ack(qp, tx, Syndrome::RnrNak(t), psn, msn);
+            ack(qp, back(dest).as_ref(), Syndrome::RnrNak(t), psn, msn);
         }
     }
     true

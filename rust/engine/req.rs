@@ -567,8 +567,8 @@ fn finish(qp: &QpShared, op: WrOpcode, reply: Reply, segs: &[Seg], len: usize) -
 
 /// Delivers `msg` to `dest` and returns the answer, adding the bytes moved to `moved`. When
 /// the responder found a page of this QP's memory `segs` unmapped (it never faults it, see
-/// `resp`), the pages are faulted in again here, on this QP's own worker and under its own
-/// lock only (a fault that blocks, on a stalled FUSE daemon say, blocks this QP alone), and
+/// `resp`), the pages are faulted in again here, on this QP's own worker (a doorbell leaves
+/// ODP memory to it) and under its own lock only (a fault that blocks, on a stalled FUSE daemon say, blocks this QP alone), and
 /// the message is delivered again, up to [`DELIVERIES`] times. `None` when the pages cannot
 /// be faulted in or kept going away.
 fn deliver_mapped(

@@ -4,7 +4,8 @@
 //! it on the QP's memory and receive queue, completes receives, and answers with an ACK, a NAK
 //! or an RNR NAK.
 //!
-//! It runs on the requester's worker with the receiving QP's receive side locked, holding the
+//! It runs in the requester's run (its worker, or a user's doorbell) with the receiving QP's
+//! receive side locked, holding the
 //! requester's send side: so it never faults and never waits for anything user space
 //! controls. It uses the receiving QP's own ODP memory only where it is mapped: for a missing
 //! page it hands exactly the range it needs to the receiving QP's own fault work

@@ -3,7 +3,8 @@
 # one guest boot, never both loaded. Writes results/pyverbs.tap: one line per test, failing
 # where rodp fails a test rxe passes or one of selftests/pyverbs-must-pass (unless
 # selftests/pyverbs-gaps gives the reason); prints both pass/fail/skip tables. Sourced by
-# check.sh after lib.sh (rodp is loaded on entry and on return).
+# check.sh after lib.sh (rodp is loaded on entry and on return). RODP_PYVERBS names the tests
+# to run (unittest names, "tests.test_odp" say; default all).
 
 py_src=/usr/share/doc/rdma-core/tests
 py_dir=/tmp/pyverbs-tests
@@ -17,8 +18,13 @@ py_run() {
 	drv=$1
 	py_t0=$(now)
 	rdma link add ${drv}0 type $drv netdev veth0
-	(cd "$py_dir" && timeout 1800 python3 run_tests.py --dev ${drv}0 --gid 1 -v) \
+	# shellcheck disable=SC2086 # RODP_PYVERBS: test names (unittest's), several words
+	(cd "$py_dir" && timeout 1800 python3 run_tests.py --dev ${drv}0 --gid 1 -v \
+		${RODP_PYVERBS:-}) \
 		> "$res/pyverbs.$drv.log" 2>&1
+	# The device's counters, for a failure's story (retries, RNR NAKs, faults).
+	rdma statistic show link ${drv}0/1 | tr -s ' \n' ' ' | sed "s/^/pyverbs: $drv counters: /"
+	echo
 	rdma link delete ${drv}0
 	timing "pyverbs/$drv" "$py_t0"
 	python3 - "$res/pyverbs.$drv.log" > "$res/pyverbs.$drv" <<'PY'
