@@ -23,6 +23,7 @@ limit2=${RODP_GUEST2_TIMEOUT:-1200}
 [ -f "$RODP_TOP/selftests/guest/$task.sh" ] || die "no guest script selftests/guest/$task.sh"
 
 # Where the time goes: each host step and guest run, printed in the summary.
+mkdir -p "$RODP_CACHE"
 work=$(mktemp -d "$RODP_CACHE/run.XXXX")
 trap 'rm -rf "$work"' EXIT
 times=$work/host-times
