@@ -12,6 +12,7 @@
 #                                     two-guest phase runs after them when
 #                                     RODP_TESTS is unset or one of its globs matches "check2"
 #   RODP_TESTS2=glob                  the two-guest cases to run (default all)
+#   RODP_PAIR_CPUS=N                  vCPUs of each of the two guests (default 1)
 # The guests' serial logs are kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
 # script's, and for `check` also fails on any kernel splat in a log or a failed test.
 set -euo pipefail
@@ -223,10 +224,10 @@ split() {
 }
 
 # The two-guest phase (TASK2: check2 or bench2): guests A and B, one vCPU each (two host
-# cores), one virtio-net NIC each joined by a socket netdev on the host's loopback (A listens,
-# B connects), nothing else.
+# cores; RODP_PAIR_CPUS=N gives each N), one virtio-net NIC each joined by a socket netdev on
+# the host's loopback (A listens, B connects), nothing else.
 pair() {
-	local task2=$1 a b loga logb port pa pb rc=0
+	local task2=$1 a b loga logb port pa pb rc=0 cpus=${RODP_PAIR_CPUS:-1}
 	limit2=$((limit2 < limit ? limit2 : limit))
 	a=$(guest_share a "$task2")
 	b=$(guest_share b "$task2")
@@ -238,7 +239,7 @@ pair() {
 	logb=$(logname "${task2}b")
 	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	log "booting two guests ($accel) for '$task2', link on 127.0.0.1:$port; serial logs: $loga $logb"
-	qemu_cmd "$a" 2G 1
+	qemu_cmd "$a" 2G "$cpus"
 	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" \
 		-netdev "socket,id=n0,listen=127.0.0.1:$port" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:52:0d:01 </dev/null > "$loga" 2>&1 &
@@ -249,7 +250,7 @@ pair() {
 		kill -0 $pa 2>/dev/null || break
 		sleep 0.1
 	done
-	qemu_cmd "$b" 2G 1
+	qemu_cmd "$b" 2G "$cpus"
 	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" \
 		-netdev "socket,id=n0,connect=127.0.0.1:$port" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:52:0d:02 </dev/null > "$logb" 2>&1 &

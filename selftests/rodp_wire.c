@@ -886,7 +886,9 @@ TEST_F(wire, requester_read_waits_while_answered_and_asks_again_for_the_rest)
  * SENDs and WRITEs go out behind the head before any answer. One ACK (for the last PSN of a
  * later message) completes every message up to it, in order. A PSN sequence NAK within the
  * window completes the messages before it and sends the rest again from its PSN (go back N).
- * A READ waits until everything before it is answered, and nothing goes behind it.
+ * READs go behind a SEND and SENDs behind a READ; a READ completes only with its own response
+ * (an ACK of a later message says that the response was lost); at most max_rd_atomic (4 here)
+ * READs are outstanding at once, and a fenced WQE waits until none is.
  */
 TEST_F(wire, requester_pipelines_sends_and_writes)
 {
@@ -929,23 +931,44 @@ TEST_F(wire, requester_pipelines_sends_and_writes)
 	EXPECT_REQ(&self->w, &a, SEND_ONLY, 7);
 	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 7));
 	EXPECT_DONE(self->cq, 6, 7);
-	/* A READ behind a SEND waits for the SEND's answer. */
+	/* A READ behind a SEND, and a SEND behind the READ, all at once. */
 	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 8));
 	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_READ, self->buf + 8192, sizeof(data), lkey,
 			       0x7000, 0x99, 0, 9));
 	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 10));
 	EXPECT_REQ(&self->w, &a, SEND_ONLY, 8);
-	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("sent behind a SEND and a READ");
-	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 8));
 	EXPECT_REQ(&self->w, &a, READ_REQ, 9);
-	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("sent behind a READ");
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 10);
+	/* The ACK of the last SEND completes the first; the READ waits for its response. */
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 10));
+	EXPECT_DONE(self->cq, 8, 8);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300)) TH_LOG("READ done without its data");
 	fill(data, sizeof(data), 10);
 	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_ONLY, 9, data, sizeof(data)));
-	EXPECT_REQ(&self->w, &a, SEND_ONLY, 10);
-	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 10));
-	EXPECT_DONE(self->cq, 8, 10);
+	EXPECT_DONE(self->cq, 9, 10);
 	EXPECT_EQ(0, memcmp(data, self->buf + 8192, sizeof(data)));
 	EXPECT_EQ(11, qp_psn(self->qp, IBV_QP_SQ_PSN));
+	/* Five READs: four go at once, the fifth when the first is answered. */
+	for (int i = 0; i < 5; i++)
+		ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_READ, self->buf + 12288 + 64 * i, 8,
+				       lkey, 0x7000 + 8 * i, 0x99, 0, 11 + i));
+	for (int i = 0; i < 4; i++)
+		EXPECT_REQ(&self->w, &a, READ_REQ, 11 + i);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("more than max_rd_atomic READs");
+	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_ONLY, 11, data, 8));
+	EXPECT_REQ(&self->w, &a, READ_REQ, 15);
+	EXPECT_DONE(self->cq, 11, 11);
+	/* A fenced SEND waits for the READs before it. */
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, IBV_SEND_FENCE,
+			       16));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("fenced SEND before the READs' answers");
+	for (int i = 1; i < 5; i++)
+		ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_ONLY, 11 + i, data + 8 * i, 8));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 16);
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 16));
+	EXPECT_DONE(self->cq, 12, 16);
+	for (int i = 0; i < 5; i++)
+		EXPECT_EQ(0, memcmp(data + 8 * i, self->buf + 12288 + 64 * i, 8));
 }
 
 /*

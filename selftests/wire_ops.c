@@ -23,8 +23,13 @@
  *
  * With -s on both sides, a stream both ways at once: each side posts STREAM_N RDMA WRITEs of
  * STREAM_LEN bytes (unsignaled, one chain: the requester keeps many in flight) into the second
- * half of the peer's MR, then a signaled SEND. Each side's SEND completing says the peer took
- * every WRITE; the peer's SEND arriving says, by RC's ordering, that its WRITEs are in place,
+ * half of the peer's MR, with an RDMA READ of STREAM_LEN bytes after every eighth WRITE (from a
+ * region of the peer's MR that holds a pattern nobody changes) and a FETCH_ADD of 1 after each
+ * of the first STREAM_ATOMICS READs (on a counter in the peer's MR only this side adds to),
+ * then a signaled SEND. Each side's SEND completing says the peer took every WRITE and answered
+ * every READ and atomic (completions come in order): the READs' data and the atomics' original
+ * values (0, 1, 2, ... over all rounds: a replayed duplicate must give the first answer again)
+ * are checked; the peer's SEND arriving says, by RC's ordering, that its WRITEs are in place,
  * and each side then compares them word by word. -r ROUNDS repeats that with new data each
  * round (after both sides compared the last). Over check2's lossy link this is the long
  * transfer in both directions whose packets the transport must mend; each side finishes only
@@ -54,6 +59,15 @@ static const union ibv_gid mc_group = {
 #define VANISH_RETRY 3
 #define STREAM_N 48
 #define STREAM_LEN 512
+#define STREAM_READS (STREAM_N / 8)
+#define STREAM_ATOMICS 4
+/* Where the stream's READs land, the atomics' results, the pattern the peer READs, and the
+ * counter the peer adds to: above the WRITEs' destination (LEN / 2 + STREAM_N * STREAM_LEN). */
+#define READ_DST (LEN / 2 + STREAM_N * STREAM_LEN)
+#define ATOMIC_DST (READ_DST + STREAM_READS * STREAM_LEN)
+#define PATTERN (LEN - 4096)
+#define PATTERN_LEN (STREAM_READS * STREAM_LEN)
+#define COUNTER (LEN - 8)
 /* Word i goes to offset OFF(i): spread over the first pages, 8-byte aligned. */
 #define OFF(i) (64 + (i) * 1000 / 8 * 8)
 
@@ -250,37 +264,90 @@ static int vanish_server(int s, struct dev *d)
 	return ret ? fail("link up") : 0;
 }
 
-/* One round of -s: see the comment at the top; seed and peer_seed make the data differ. */
+#define STREAM_WRS (STREAM_N + STREAM_READS + STREAM_ATOMICS + 1)
+
+/* The stream's chain: see the comment at the top. */
+static void stream_chain(struct ibv_send_wr *wr, struct ibv_sge *sge, uint8_t *buf,
+			 struct ibv_mr *mr, const struct info *peer)
+{
+	int n = 0, reads = 0;
+
+	memset(wr, 0, STREAM_WRS * sizeof(*wr));
+	for (int i = 0; i < STREAM_N; i++) {
+		sge[n] = (struct ibv_sge){ (uintptr_t)buf + i * STREAM_LEN, STREAM_LEN, mr->lkey };
+		wr[n].opcode = IBV_WR_RDMA_WRITE;
+		wr[n].wr.rdma.remote_addr = peer->addr + LEN / 2 + i * STREAM_LEN;
+		wr[n++].wr.rdma.rkey = peer->rkey;
+		if (i % 8 != 7)
+			continue;
+		sge[n] = (struct ibv_sge){ (uintptr_t)buf + READ_DST + reads * STREAM_LEN,
+					   STREAM_LEN, mr->lkey };
+		wr[n].opcode = IBV_WR_RDMA_READ;
+		wr[n].wr.rdma.remote_addr = peer->addr + PATTERN + reads * STREAM_LEN;
+		wr[n++].wr.rdma.rkey = peer->rkey;
+		if (reads < STREAM_ATOMICS) {
+			sge[n] = (struct ibv_sge){ (uintptr_t)buf + ATOMIC_DST + reads * 8, 8,
+						   mr->lkey };
+			wr[n].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+			wr[n].wr.atomic.remote_addr = peer->addr + COUNTER;
+			wr[n].wr.atomic.rkey = peer->rkey;
+			wr[n++].wr.atomic.compare_add = 1;
+		}
+		reads++;
+	}
+	sge[n] = (struct ibv_sge){ (uintptr_t)buf, 8, mr->lkey };
+	wr[n++].opcode = IBV_WR_SEND;
+	for (int i = 0; i < n; i++) {
+		wr[i].wr_id = 300 + i;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = 1;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+	}
+	wr[n - 1].send_flags = IBV_SEND_SIGNALED;
+}
+
+/* The READs' data (the peer's pattern) and the atomics' original values of round k. */
+static int stream_answers(const uint8_t *buf, int peer_pattern, int k)
+{
+	uint8_t want[PATTERN_LEN];
+
+	fill(want, PATTERN_LEN, peer_pattern);
+	if (memcmp(want, buf + READ_DST, PATTERN_LEN)) {
+		fprintf(stderr, "wire_ops: stream: READ data differs\n");
+		return 1;
+	}
+	for (int j = 0; j < STREAM_ATOMICS; j++) {
+		uint64_t v;
+
+		memcpy(&v, buf + ATOMIC_DST + 8 * j, 8);
+		if (v != (uint64_t)k * STREAM_ATOMICS + j) {
+			fprintf(stderr, "wire_ops: stream: FETCH_ADD %d of round %d gave %llu\n", j,
+				k, (unsigned long long)v);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* One round (k) of -s: see the comment at the top; seed and peer_seed make the data differ. */
 static int stream_round(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv_mr *mr,
-		  const struct info *peer, int seed, int peer_seed)
+			const struct info *peer, int seed, int peer_seed, int peer_pattern, int k)
 {
 	uint8_t *dst = buf + LEN / 2, *rx = buf + LEN / 2 - 64, *want;
-	struct ibv_sge sge[STREAM_N + 1], rsge = { (uintptr_t)rx, 64, mr->lkey };
-	struct ibv_send_wr wr[STREAM_N + 1], *bad;
+	struct ibv_sge sge[STREAM_WRS], rsge = { (uintptr_t)rx, 64, mr->lkey };
+	struct ibv_send_wr wr[STREAM_WRS], *bad;
 	struct ibv_recv_wr rwr = { .wr_id = 200, .sg_list = &rsge, .num_sge = 1 }, *rbad;
 	int sent = 0, arrived = 0, ret = 0;
 	char r;
 
 	fill(buf, STREAM_N * STREAM_LEN, seed);
+	memset(buf + READ_DST, 0, PATTERN_LEN + 8 * STREAM_ATOMICS);
 	if (ibv_post_recv(qp, &rwr, &rbad))
 		return fail("post recv");
 	/* Both receives are posted before either side sends. */
 	if (write(s, "s", 1) != 1 || read(s, &r, 1) != 1)
 		return fail("stream sync");
-	memset(wr, 0, sizeof(wr));
-	for (int i = 0; i <= STREAM_N; i++) {
-		sge[i] = (struct ibv_sge){ (uintptr_t)buf + i * STREAM_LEN, STREAM_LEN, mr->lkey };
-		wr[i].wr_id = 300 + i;
-		wr[i].sg_list = &sge[i];
-		wr[i].num_sge = 1;
-		wr[i].next = i < STREAM_N ? &wr[i + 1] : NULL;
-		wr[i].opcode = IBV_WR_RDMA_WRITE;
-		wr[i].wr.rdma.remote_addr = peer->addr + LEN / 2 + i * STREAM_LEN;
-		wr[i].wr.rdma.rkey = peer->rkey;
-	}
-	wr[STREAM_N].opcode = IBV_WR_SEND;
-	wr[STREAM_N].send_flags = IBV_SEND_SIGNALED;
-	sge[STREAM_N].length = 8;
+	stream_chain(wr, sge, buf, mr, peer);
 	if (ibv_post_send(qp, wr, &bad))
 		return fail("post stream");
 	while (!sent || !arrived) {
@@ -296,9 +363,11 @@ static int stream_round(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *bu
 				(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 			return 1;
 		}
-		sent |= wc.opcode == IBV_WC_SEND && wc.wr_id == 300 + STREAM_N;
+		sent |= wc.opcode == IBV_WC_SEND && wc.wr_id == 300 + STREAM_WRS - 1;
 		arrived |= wc.opcode == IBV_WC_RECV && wc.wr_id == 200;
 	}
+	if (stream_answers(buf, peer_pattern, k))
+		return 1;
 	want = malloc(STREAM_N * STREAM_LEN);
 	if (!want)
 		return fail("alloc");
@@ -322,7 +391,7 @@ static int stream(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, str
 		int seed = 1 + 2 * k;
 
 		if (stream_round(s, qp, cq, buf, mr, peer, host ? seed : seed + 1,
-				 host ? seed + 1 : seed)) {
+				 host ? seed + 1 : seed, host ? 1000 : 1001, k)) {
 			fprintf(stderr, "wire_ops: stream: round %d of %d failed\n", k + 1, rounds);
 			return 1;
 		}
@@ -487,6 +556,8 @@ int main(int argc, char **argv)
 	mr = ibv_reg_mr(d.pd, buf, LEN, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
 	if (!mr)
 		return fail("register MR");
+	if (streams)
+		fill(buf + PATTERN, PATTERN_LEN, host ? 1001 : 1000);
 	mine = (struct info){ .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)buf,
 			      .gid = d.gid };
 	s = tcp(host);
@@ -524,9 +595,9 @@ int main(int argc, char **argv)
 		/* Each side's verdict to the other: both must pass. */
 		if (write(s, bad ? "f" : "d", 1) != 1 || read(s, &r, 1) != 1 || r != 'd')
 			bad = 1;
-		printf("wire_ops: %s: %d rounds of %d writes of %d bytes and a send each way: %s\n",
-		       host ? "client" : "server", rounds, STREAM_N, STREAM_LEN,
-		       bad ? "FAILED" : "ok");
+		printf("wire_ops: %s: %d rounds of %d writes and %d reads of %d bytes, %d atomics "
+		       "and a send each way: %s\n", host ? "client" : "server", rounds, STREAM_N,
+		       STREAM_READS, STREAM_LEN, STREAM_ATOMICS, bad ? "FAILED" : "ok");
 		goto out;
 	}
 	if (host) {

@@ -5,10 +5,11 @@
 //!
 //! **Requester.** The WQE at the head of the send queue goes out as packets of the path MTU
 //! with PSNs from the QP's `sq_psn` on, the last one asking for an ACK; an RDMA READ asks for at
-//! most [`READ_CHUNK`] bytes per request. While a SEND or WRITE at the head waits for its
-//! answer, the SENDs and WRITEs behind it go too ([`send_ahead`]: up to [`AHEAD`] messages and
-//! about [`UNACKED_PSNS`] PSNs); a READ or an atomic goes only from the head, and nothing goes
-//! behind it. The completer's half ([`response`]) runs on the device's inbox work and only
+//! most [`READ_CHUNK`] bytes per request. While the head waits for its answer, the WQEs behind
+//! it go too ([`send_ahead`]: up to [`AHEAD`] messages and about [`UNACKED_PSNS`] PSNs): SENDs,
+//! WRITEs, READs of one request and atomics, at most `max_rd_atomic` (and [`RD_OUTSTANDING`])
+//! READs and atomics at once, a fenced WQE only when none is outstanding; nothing goes behind a
+//! READ of more than one request, an ATOMIC WRITE or a FLUSH. The completer's half ([`response`]) runs on the device's inbox work and only
 //! records the answer in the QP's [`Answer`] (a READ's data goes into a buffer there: the inbox
 //! never touches a requester's memory, which may need a fault) and schedules the requester,
 //! which completes the WQEs in order on its own worker. An ACK is cumulative: one for a message
@@ -79,6 +80,13 @@ const AHEAD: usize = 32;
 /// `RXE_MAX_UNACKED_PSNS`); one message may take it past this.
 const UNACKED_PSNS: u32 = 128;
 
+/// READs and atomics outstanding at most (the head's among them), whatever `max_rd_atomic`
+/// allows; the responder keeps [`ATOMIC_CACHE`] atomic results for duplicates.
+const RD_OUTSTANDING: usize = ATOMIC_CACHE;
+
+/// Bytes of READ responses buffered at most for the READs behind the head.
+const READ_BEHIND_BYTES: usize = 4 * READ_CHUNK;
+
 /// PSNs that may be outstanding at all: a quarter of the PSN space, so that every comparison
 /// of two of them (half the space each way) stays right.
 const MAX_OUTSTANDING: u32 = 1 << 22;
@@ -93,7 +101,7 @@ pub(crate) struct Requester {
     sent_end: Psn,
     /// The message of the WQE at the head, sent and not answered yet.
     inflight: Option<InFlight>,
-    /// SENDs and WRITEs of the WQEs behind it, sent while it waits (the first `n_ahead`).
+    /// The messages of the WQEs behind it, sent while it waits (the first `n_ahead`).
     ahead: [InFlight; AHEAD],
     n_ahead: usize,
     /// The last answer was an RNR NAK: sending again after its timer is no transport retry.
@@ -211,6 +219,54 @@ struct Expect {
     acked: Option<Psn>,
     /// A NAK for a message behind the head, kept for when it gets there.
     later: Option<(Psn, Outcome)>,
+    /// The READs and atomics behind the head, in PSN order, with their answers so far
+    /// (capacity for [`RD_OUTSTANDING`] reserved when the head is sent).
+    reads: KVec<Behind>,
+    /// Nothing goes behind the head: a READ with more requests to come, an ATOMIC WRITE or a
+    /// FLUSH.
+    alone: bool,
+}
+
+/// A READ or an atomic sent behind the head: its answer is taken as it comes, and waits for
+/// when the message gets to the head.
+struct Behind {
+    kind: Awaited,
+    first: Psn,
+    last: Psn,
+    /// A READ: the PSN of the next response packet, the data so far and its length.
+    next: Psn,
+    buf: KVec<u8>,
+    want: usize,
+    /// An atomic's original value.
+    orig: Option<u64>,
+    /// The whole answer is here.
+    done: bool,
+}
+
+/// Takes the READ response packet `p` at `psn` into `buf` (`want` bytes in all, the next
+/// packet expected at `next`, the last at `last`): `None` when it is not the next one, ends the
+/// response anywhere but at `last`, or does not fill exactly what is left there; else whether
+/// the READ's data is complete (so `next` never passes `last` with data missing).
+fn take_read(
+    next: &mut Psn,
+    buf: &mut KVec<u8>,
+    want: usize,
+    last: Psn,
+    p: &Packet<'_>,
+    psn: Psn,
+) -> Option<bool> {
+    let at_last = psn == last;
+    if psn != *next || p.info.position.ends() != at_last {
+        return None;
+    }
+    // In the buffer reserved for it: it never grows here.
+    let room = want - buf.len();
+    let n = p.payload.len();
+    if n > room || (at_last && n != room) || buf.extend_from_slice(p.payload, GFP_ATOMIC).is_err() {
+        return None;
+    }
+    *next = next.add(1);
+    Some(at_last)
 }
 
 impl Expect {
@@ -220,8 +276,28 @@ impl Expect {
         self.first = f.first;
         self.last = f.first.add(f.npkts - 1);
         self.next = f.first;
+        self.kind = Awaited::Ack;
+        self.want = 0;
+        self.buf.clear();
+        if self.reads.first().is_some_and(|b| b.first == f.first) {
+            if let Ok(b) = self.reads.remove(0) {
+                // A READ or an atomic: only its own answer completes it (an ACK of a later
+                // message says that its answer was lost).
+                self.kind = b.kind;
+                self.next = b.next;
+                self.want = b.want;
+                self.buf = b.buf;
+                if b.done {
+                    return Some(Outcome::Ack(b.orig.unwrap_or(0)));
+                }
+            }
+        }
         match self.acked {
-            Some(a) if a.diff(self.last) >= 0 => return Some(Outcome::Ack(0)),
+            Some(a) if a.diff(self.last) >= 0 => {
+                if self.kind == Awaited::Ack {
+                    return Some(Outcome::Ack(0));
+                }
+            }
             // Nothing behind this message is acknowledged yet: forgotten, so that it never
             // ages into a PSN far ahead (24 bits wrap).
             Some(_) => self.acked = None,
@@ -259,8 +335,12 @@ enum Outcome {
 pub(crate) struct Answer {
     expect: Option<Expect>,
     outcome: Option<Outcome>,
-    /// A READ response packet was taken since the message was sent or the timer last fired.
+    /// A response packet of the head's READ was taken since the message was sent or the timer
+    /// last fired.
     progress: bool,
+    /// The room for the READs and atomics behind the head, kept for the next message sent
+    /// from the head (one allocation per QP, not one per message).
+    spare: KVec<Behind>,
 }
 
 impl Answer {
@@ -342,7 +422,12 @@ fn advance(
         let o = ans.outcome.take();
         // Messages behind the head wait for their answers in the same `Expect`.
         let buf = match o {
-            Some(Outcome::Ack(_)) if st.n_ahead == 0 => ans.expect.take().map(|e| e.buf),
+            Some(Outcome::Ack(_)) if st.n_ahead == 0 => ans.expect.take().map(|mut e| {
+                e.reads.clear();
+                ans.spare = core::mem::take(&mut e.reads);
+                e.buf
+            }),
+            Some(Outcome::Ack(_)) => ans.expect.as_mut().map(|e| core::mem::take(&mut e.buf)),
             _ => None,
         };
         (o, buf)
@@ -364,6 +449,11 @@ fn advance(
                 }
                 let done = f.off + f.len;
                 if done < m.len {
+                    // Only a READ sent whole from the head has more requests (its user grew
+                    // the WQE while it was in flight otherwise).
+                    if st.n_ahead > 0 {
+                        return Step::Done(WcStatus::LocLenErr);
+                    }
                     *retry_left = None;
                     return start(qp, st, a, sgid, m, mtu, done);
                 }
@@ -441,6 +531,7 @@ fn promote(qp: &QpShared, st: &mut Requester) -> Option<InFlight> {
         expect,
         outcome,
         progress,
+        ..
     } = &mut *ans;
     *outcome = expect.as_mut().and_then(|e| e.promote(f));
     // Answers to the message before it are no progress of this one.
@@ -448,9 +539,9 @@ fn promote(qp: &QpShared, st: &mut Requester) -> Option<InFlight> {
     outcome.is_some().then_some(f)
 }
 
-/// Whether a WQE of operation `op` may be sent behind the head while it waits: SENDs and
-/// WRITEs, which are answered by ACKs only (a READ or an atomic waits until it is at the head,
-/// and nothing goes behind it).
+/// Whether a WQE of operation `op` may be sent behind the head while it waits, and have WQEs
+/// sent behind it: SENDs, WRITEs, READs and atomics (an ATOMIC WRITE or a FLUSH waits until
+/// it is at the head, and nothing goes behind it).
 pub(super) fn pipelines(op: WrOpcode) -> bool {
     matches!(
         op,
@@ -459,17 +550,21 @@ pub(super) fn pipelines(op: WrOpcode) -> bool {
             | WrOpcode::SendWithInv
             | WrOpcode::RdmaWrite
             | WrOpcode::RdmaWriteWithImm
+            | WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpAndSwp
+            | WrOpcode::AtomicFetchAndAdd
     )
 }
 
-/// Sends the SEND or WRITE `m` of the WQE behind the last one sent, while the head waits for
-/// its answer (a SEND or WRITE too); whether it went.
+/// Sends the message `m` of the WQE behind the last one sent, while the head waits for its
+/// answer; whether it went. `fence`: the WQE waits for every READ and atomic before it.
 pub(super) fn send_ahead(
     qp: &Arc<QpShared>,
     st: &mut Requester,
     a: &QpAttr,
     sgid: &[u8; 16],
     m: &Message<'_>,
+    fence: bool,
 ) -> bool {
     let Some(mtu) = Mtu::from_ib(a.path_mtu) else {
         return false;
@@ -477,14 +572,42 @@ pub(super) fn send_ahead(
     let Some(head) = st.inflight.filter(|_| st.window_open()) else {
         return false;
     };
+    let kind = match m.opcode {
+        // A READ behind the head is one request: its response has a buffer of its own.
+        WrOpcode::RdmaRead if m.len <= READ_CHUNK => Awaited::Read,
+        WrOpcode::RdmaRead => return false,
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => Awaited::Atomic,
+        op if pipelines(op) => Awaited::Ack,
+        _ => return false,
+    };
     let f = InFlight {
         first: st.next_psn,
-        npkts: mtu.packets(m.len as u64) as u32,
+        npkts: match kind {
+            Awaited::Atomic => 1,
+            _ => mtu.packets(m.len as u64) as u32,
+        },
         off: 0,
         len: m.len,
     };
     if st.outstanding(head) + f.npkts > MAX_OUTSTANDING {
         return false;
+    }
+    let mut read = None;
+    if kind != Awaited::Ack {
+        let mut buf = KVec::new();
+        if kind == Awaited::Read && buf.reserve(m.len, GFP_KERNEL).is_err() {
+            return false;
+        }
+        read = Some(Behind {
+            kind,
+            first: f.first,
+            last: f.first.add(f.npkts - 1),
+            next: f.first,
+            buf,
+            want: if kind == Awaited::Read { m.len } else { 0 },
+            orig: None,
+            done: false,
+        });
     }
     let Some(tx) = peer_tx(qp, a, sgid) else {
         return false;
@@ -492,19 +615,35 @@ pub(super) fn send_ahead(
     // Its answer may come before `transmit` returns.
     let before = {
         let mut ans = qp.answer.lock();
-        match ans.expect.as_mut() {
-            Some(e) if e.kind == Awaited::Ack => {
-                let before = e.sent_last;
-                e.sent_last = latest(before, f.first.add(f.npkts - 1));
-                before
-            }
-            _ => return false,
+        let Some(e) = ans.expect.as_mut().filter(|e| !e.alone) else {
+            return false;
+        };
+        let outstanding =
+            e.reads.len() + usize::from(matches!(e.kind, Awaited::Read | Awaited::Atomic));
+        if fence && outstanding > 0 {
+            return false;
         }
+        if let Some(b) = read {
+            let buffered = e.reads.iter().map(|r| r.want).sum::<usize>() + b.want;
+            if outstanding >= RD_OUTSTANDING.min(usize::from(a.max_rd_atomic))
+                || buffered > READ_BEHIND_BYTES
+                || e.reads.len() == e.reads.capacity()
+                || e.reads.push(b, GFP_ATOMIC).is_err()
+            {
+                return false;
+            }
+        }
+        let before = e.sent_last;
+        e.sent_last = latest(before, f.first.add(f.npkts - 1));
+        before
     };
     // A message whose own memory fails goes again at the head, which completes it in error.
     if let Err(wire::NotSent::Local) = transmit(qp, &tx, m, mtu, f, Service::Rc) {
         if let Some(e) = qp.answer.lock().expect.as_mut() {
             e.sent_last = before;
+            if kind != Awaited::Ack {
+                e.reads.pop();
+            }
         }
         return false;
     }
@@ -542,6 +681,15 @@ fn start(
     if kind == Awaited::Read && buf.reserve(len, GFP_KERNEL).is_err() {
         return Step::Done(WcStatus::LocQpOpErr);
     }
+    let alone = kind == Awaited::Placed || off + len < m.len;
+    let mut reads = KVec::new();
+    if !alone {
+        reads = core::mem::take(&mut qp.answer.lock().spare);
+        reads.clear();
+        if reads.capacity() < RD_OUTSTANDING && reads.reserve(RD_OUTSTANDING, GFP_KERNEL).is_err() {
+            return Step::Done(WcStatus::LocQpOpErr);
+        }
+    }
     let f = InFlight {
         first: st.take_psns(npkts),
         npkts,
@@ -562,9 +710,12 @@ fn start(
             sent_last: latest(f.first.add(npkts - 1), st.sent_end.add(u32::MAX)),
             acked: None,
             later: None,
+            reads,
+            alone,
         }),
         outcome: None,
         progress: false,
+        spare: KVec::new(),
     };
     resend(qp, a, sgid, m, mtu, f)
 }
@@ -576,6 +727,7 @@ fn rest(e: &mut Expect, f: InFlight, mtu: Mtu) -> InFlight {
     // Everything behind it goes again: their answers come again too (ACKs of what the peer
     // took already are still taken, up to `sent_last`).
     e.later = None;
+    e.reads.clear();
     let got = e.buf.len();
     if e.kind == Awaited::Read && got > 0 && got < f.len {
         let len = f.len - got;
@@ -780,7 +932,12 @@ fn transmit(
             h.ieth = Some(Ieth { rkey: m.imm });
         }
         let off = i as usize * size;
-        let n = size.min(m.len - off);
+        // The WQE is read again for every send: its user may have shrunk it meanwhile.
+        let n = m
+            .len
+            .checked_sub(off)
+            .ok_or(wire::NotSent::Local)?
+            .min(size);
         let local = core::cell::Cell::new(false);
         let r = tx.send(stats, h, n, |out| {
             gather(m.data, off, out, true).inspect_err(|_| local.set(true))
@@ -805,14 +962,20 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
             expect,
             outcome,
             progress,
+            ..
         } = &mut *ans;
         match expect.as_mut() {
             Some(e) if e.peer == *from => {
+                // Only the head's own READ data is progress (answers to later messages never
+                // hold off its retransmission).
+                let data = p.info.kind == Kind::ReadResponse
+                    && psn.diff(e.first) >= 0
+                    && psn.diff(e.last) <= 0;
                 let o = answer(e, p, psn, outcome.is_none());
                 match o {
                     Some(Some(o)) => *outcome = Some(o),
-                    Some(None) => *progress = true,
-                    None => {}
+                    Some(None) if data => *progress = true,
+                    _ => {}
                 }
                 o
             }
@@ -830,7 +993,37 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
 fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option<Outcome>> {
     let within = psn.diff(e.first) >= 0 && psn.diff(e.last) <= 0;
     let syndrome = p.hdr.aeth.map(|a| a.syndrome);
-    if p.info.kind == Kind::Ack && psn.diff(e.last) > 0 && psn.diff(e.sent_last) <= 0 {
+    let behind = psn.diff(e.last) > 0 && psn.diff(e.sent_last) <= 0;
+    // Only an answer of its own completes a READ or an atomic at the head; a later answer
+    // says that (some of) its own was lost, and the timer asks for it again.
+    let later_answers_head = open && e.kind == Awaited::Ack;
+    if behind && matches!(p.info.kind, Kind::ReadResponse | Kind::AtomicAck) {
+        // The answer to a READ or an atomic behind the head, kept for when it gets there.
+        if !matches!(syndrome, None | Some(Syndrome::Ack(_))) {
+            return None;
+        }
+        let b = e
+            .reads
+            .iter_mut()
+            .find(|b| psn.diff(b.first) >= 0 && psn.diff(b.last) <= 0)?;
+        match (p.info.kind, b.kind) {
+            (Kind::ReadResponse, Awaited::Read) => {
+                b.done = take_read(&mut b.next, &mut b.buf, b.want, b.last, p, psn)?;
+            }
+            (Kind::AtomicAck, Awaited::Atomic) if psn == b.first && !b.done => {
+                b.orig = Some(p.hdr.atomic_ack_eth?.orig);
+                b.done = true;
+            }
+            _ => return None,
+        }
+        // The peer executed every message before it: an ACK of them.
+        let upto = b.first.add(u32::MAX);
+        if e.acked.is_none_or(|a| upto.diff(a) > 0) {
+            e.acked = Some(upto);
+        }
+        return Some(later_answers_head.then_some(Outcome::Ack(0)));
+    }
+    if p.info.kind == Kind::Ack && behind {
         // Behind the head: an ACK there is cumulative, and a NAK says the peer took every
         // packet before it, so either answers the head too.
         let (upto, nak) = match syndrome? {
@@ -847,7 +1040,7 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
                 e.later = Some((psn, o));
             }
         }
-        return Some(open.then_some(Outcome::Ack(0)));
+        return Some(later_answers_head.then_some(Outcome::Ack(0)));
     }
     if !open {
         // The head has its answer already.
@@ -874,17 +1067,11 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
         {
             p.hdr.atomic_ack_eth.map(|a| Some(Outcome::Ack(a.orig)))
         }
-        (Kind::ReadResponse, syndrome) if e.kind == Awaited::Read && psn == e.next => {
+        (Kind::ReadResponse, syndrome) if e.kind == Awaited::Read => {
             if !matches!(syndrome, None | Some(Syndrome::Ack(_))) {
                 return None;
             }
-            // In the buffer reserved for the chunk: it never grows here.
-            let room = e.want - e.buf.len();
-            if p.payload.len() > room || e.buf.extend_from_slice(p.payload, GFP_ATOMIC).is_err() {
-                return None;
-            }
-            e.next = e.next.add(1);
-            let done = p.info.position.ends() && psn == e.last && e.buf.len() == e.want;
+            let done = take_read(&mut e.next, &mut e.buf, e.want, e.last, p, psn)?;
             Some(done.then_some(Outcome::Ack(0)))
         }
         _ => None,
@@ -1386,7 +1573,33 @@ mod tests {
             sent_last: Psn::new(last),
             acked: None,
             later: None,
+            reads: KVec::new(),
+            alone: false,
         }
+    }
+
+    /// A READ of `want` bytes (or, with `want` 0, an atomic) sent behind the head of `e` at
+    /// PSNs `first..=last`.
+    fn behind(e: &mut Expect, first: u32, last: u32, want: usize) {
+        let mut buf = KVec::new();
+        buf.reserve(want, GFP_KERNEL).unwrap();
+        let kind = if want > 0 {
+            Awaited::Read
+        } else {
+            Awaited::Atomic
+        };
+        let b = Behind {
+            kind,
+            first: Psn::new(first),
+            last: Psn::new(last),
+            next: Psn::new(first),
+            buf,
+            want,
+            orig: None,
+            done: false,
+        };
+        e.reads.push(b, GFP_KERNEL).unwrap();
+        e.sent_last = Psn::new(last);
     }
 
     /// What `e` makes of a packet `op` at `psn` with `syndrome` and `payload`.
@@ -1531,6 +1744,113 @@ mod tests {
             &[]
         )
         .is_none());
+    }
+
+    #[test]
+    fn reads_and_atomics_behind_the_head_keep_their_answers() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let msg = |first, npkts| InFlight {
+            first: Psn::new(first),
+            npkts,
+            off: 0,
+            len: 0,
+        };
+        // A SEND at 10, a READ of 300 bytes at 11..=12, an atomic at 13, a SEND at 14.
+        let mut e = expect(Awaited::Ack, 10, 10, 0);
+        behind(&mut e, 11, 12, 300);
+        behind(&mut e, 13, 13, 0);
+        e.sent_last = Psn::new(14);
+        let first = [1u8; 256];
+        let last = [2u8; 44];
+        // The READ's first response answers the SEND at the head.
+        assert!(is_ack(feed(
+            &mut e,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            11,
+            ack,
+            &first
+        )));
+        // An atomic's answer at a READ's PSN: not taken.
+        assert!(feed_to(&mut e, false, Opcode::RC_ATOMIC_ACKNOWLEDGE, 12, ack, &[]).is_none());
+        assert!(matches!(
+            feed_to(
+                &mut e,
+                false,
+                Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                12,
+                ack,
+                &last
+            ),
+            Some(None)
+        ));
+        assert!(matches!(
+            feed_to(&mut e, false, Opcode::RC_ATOMIC_ACKNOWLEDGE, 13, ack, &[]),
+            Some(None)
+        ));
+        // A duplicate atomic answer is not taken twice.
+        assert!(feed_to(&mut e, false, Opcode::RC_ATOMIC_ACKNOWLEDGE, 13, ack, &[]).is_none());
+        assert!(matches!(e.promote(msg(11, 2)), Some(Outcome::Ack(0))));
+        assert!(e.kind == Awaited::Read);
+        assert_eq!(e.buf.len(), 300);
+        assert_eq!((e.buf[255], e.buf[256]), (1, 2));
+        assert!(matches!(e.promote(msg(13, 1)), Some(Outcome::Ack(99))));
+        // The SEND at 14 waits for its own ACK.
+        assert!(e.promote(msg(14, 1)).is_none());
+        assert!(e.reads.is_empty());
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 14, ack, &[])));
+    }
+
+    #[test]
+    fn only_its_own_answer_completes_a_read_or_an_atomic() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let msg = |first, npkts| InFlight {
+            first: Psn::new(first),
+            npkts,
+            off: 0,
+            len: 0,
+        };
+        // A READ at the head (10), a SEND behind it (11): the SEND's ACK says the READ's
+        // response was lost; the READ still waits for it.
+        let mut e = expect(Awaited::Read, 10, 10, 4);
+        e.sent_last = Psn::new(11);
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 11, ack, &[]),
+            Some(None)
+        ));
+        assert!(is_ack(feed(
+            &mut e,
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            10,
+            ack,
+            &[5; 4]
+        )));
+        assert!(matches!(e.promote(msg(11, 1)), Some(Outcome::Ack(_))));
+        // SENDs at 20 and 21, an atomic at 22 whose answer was lost, a SEND at 23: the SEND at
+        // 21 gets to the head past the atomic's entry, which stays; the ACK of 23 leaves the
+        // atomic waiting at the head.
+        let mut e = expect(Awaited::Ack, 20, 20, 0);
+        behind(&mut e, 22, 22, 0);
+        e.sent_last = Psn::new(23);
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 21, ack, &[])));
+        assert!(matches!(e.promote(msg(21, 1)), Some(Outcome::Ack(_))));
+        assert_eq!(e.reads.len(), 1);
+        assert!(e.promote(msg(22, 1)).is_none());
+        assert!(e.kind == Awaited::Atomic);
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 23, ack, &[]),
+            Some(None)
+        ));
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ATOMIC_ACKNOWLEDGE, 22, ack, &[]),
+            Some(Some(Outcome::Ack(99)))
+        ));
+        assert!(matches!(e.promote(msg(23, 1)), Some(Outcome::Ack(_))));
+        // Going back N forgets what came for the READs behind the head: they go again.
+        let mut e = expect(Awaited::Ack, 30, 30, 0);
+        behind(&mut e, 31, 31, 4);
+        let r = rest(&mut e, msg(30, 1), Mtu::Mtu1024);
+        assert!(r.first == Psn::new(30) && e.reads.is_empty());
+        assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_ONLY, 31, ack, &[5; 4]).is_none());
     }
 
     #[test]

@@ -194,7 +194,7 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize, wait: bool) -> bool {
     comp::complete(qp, sq, &q, &wqe, op, exec)
 }
 
-/// Sends the SENDs and WRITEs behind the head of `qp`'s send queue `q` (an RC QP whose peer is
+/// Sends the WQEs behind the head of `qp`'s send queue `q` (an RC QP whose peer is
 /// on another host) while the head waits for its answer, as many as the transport's window
 /// takes; adds the bytes sent to `moved`. `now`: in a user's doorbell.
 fn send_behind(qp: &Arc<QpShared>, q: &Queue, sq: &mut SendSide, moved: &mut usize, now: bool) {
@@ -484,7 +484,8 @@ fn execute(
                     ..
                 } = remote;
                 if behind {
-                    if !rc::send_ahead(qp, wire, a, sgid, &msg) {
+                    let fence = w.send_flags & send_flags::FENCE != 0;
+                    if !rc::send_ahead(qp, wire, a, sgid, &msg, fence) {
                         return Exec::Pending;
                     }
                     *moved = moved.saturating_add(msg.carried());

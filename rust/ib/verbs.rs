@@ -677,6 +677,8 @@ impl WrOpcode {
 pub(crate) mod send_flags {
     use crate::ib::bindings;
 
+    /// Wait for the READs and atomics before it to complete.
+    pub(crate) const FENCE: u32 = bindings::ib_send_flags_IB_SEND_FENCE as u32;
     /// Generate a completion.
     pub(crate) const SIGNALED: u32 = bindings::ib_send_flags_IB_SEND_SIGNALED as u32;
     /// Solicited event at the receiver.
