@@ -1633,6 +1633,16 @@ mod tests {
         answer(e, &p, Psn::new(psn), open)
     }
 
+    /// A message at PSNs `first..first + npkts`.
+    fn msg(first: u32, npkts: u32) -> InFlight {
+        InFlight {
+            first: Psn::new(first),
+            npkts,
+            off: 0,
+            len: 0,
+        }
+    }
+
     fn is_ack(o: Option<Option<Outcome>>) -> bool {
         matches!(o, Some(Some(Outcome::Ack(_))))
     }
@@ -1653,12 +1663,6 @@ mod tests {
     fn answers_behind_the_head_are_kept_for_when_it_gets_there() {
         let ack = Some(Syndrome::Ack(NO_CREDITS));
         let seq = Some(Syndrome::Nak(NakCode::PsnSeqErr));
-        let msg = |first, npkts| InFlight {
-            first: Psn::new(first),
-            npkts,
-            off: 0,
-            len: 0,
-        };
         // The head at 10..=12, messages 13..=15 and 16..=20 behind it.
         let mut e = expect(Awaited::Ack, 10, 12, 0);
         e.sent_last = Psn::new(20);
@@ -1684,12 +1688,6 @@ mod tests {
     #[test]
     fn going_back_n_keeps_the_peers_acks_of_what_went_before() {
         let ack = Some(Syndrome::Ack(NO_CREDITS));
-        let msg = |first, npkts| InFlight {
-            first: Psn::new(first),
-            npkts,
-            off: 0,
-            len: 0,
-        };
         // PSNs near the wrap: the head at 0xfffffe..=0xffffff, then 0..=2 and 3 behind it.
         let mut st = Requester::new(0xff_fffe);
         assert_eq!(st.take_psns(2).get(), 0xff_fffe);
@@ -1749,12 +1747,6 @@ mod tests {
     #[test]
     fn reads_and_atomics_behind_the_head_keep_their_answers() {
         let ack = Some(Syndrome::Ack(NO_CREDITS));
-        let msg = |first, npkts| InFlight {
-            first: Psn::new(first),
-            npkts,
-            off: 0,
-            len: 0,
-        };
         // A SEND at 10, a READ of 300 bytes at 11..=12, an atomic at 13, a SEND at 14.
         let mut e = expect(Awaited::Ack, 10, 10, 0);
         behind(&mut e, 11, 12, 300);
@@ -1803,12 +1795,6 @@ mod tests {
     #[test]
     fn only_its_own_answer_completes_a_read_or_an_atomic() {
         let ack = Some(Syndrome::Ack(NO_CREDITS));
-        let msg = |first, npkts| InFlight {
-            first: Psn::new(first),
-            npkts,
-            off: 0,
-            len: 0,
-        };
         // A READ at the head (10), a SEND behind it (11): the SEND's ACK says the READ's
         // response was lost; the READ still waits for it.
         let mut e = expect(Awaited::Read, 10, 10, 4);
