@@ -471,52 +471,18 @@ fn advance(
         }
         // A PSN sequence NAK: a transport retry, as a timer's expiry is (rxe counts both).
         Some(Outcome::Resend) if !core::mem::take(&mut st.after_rnr) => {
-            retry(qp, st, retry_left, a, sgid, m, mtu, f)
+            again(qp, st, Some(retry_left), a, sgid, m, mtu, f)
         }
         // One after an RNR NAK: the peer refused the packets sent behind the one it could
         // not take yet (rxe and rodp keep their expected PSN there), and the RNR wait is over.
-        Some(Outcome::Resend) => {
-            st.rewind(f);
-            resend(qp, a, sgid, m, mtu, f)
-        }
+        Some(Outcome::Resend) => again(qp, st, None, a, sgid, m, mtu, f),
         None if timer_running => Step::Exec(Exec::Pending),
         None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
         // After an RNR NAK's wait the message goes again without a transport retry.
-        None if core::mem::take(&mut st.after_rnr) => {
-            st.rewind(f);
-            resend(qp, a, sgid, m, mtu, f)
-        }
+        None if core::mem::take(&mut st.after_rnr) => again(qp, st, None, a, sgid, m, mtu, f),
         // The retransmission timer expired.
-        None => retry(qp, st, retry_left, a, sgid, m, mtu, f),
+        None => again(qp, st, Some(retry_left), a, sgid, m, mtu, f),
     }
-}
-
-/// Sends the message in flight `f` again as a transport retry, or completes its WQE with
-/// `RETRY_EXC_ERR` when `retry_cnt` retries are spent (`timeout` 0 retries for ever).
-#[expect(clippy::too_many_arguments)]
-fn retry(
-    qp: &Arc<QpShared>,
-    st: &mut Requester,
-    retry_left: &mut Option<u8>,
-    a: &QpAttr,
-    sgid: &[u8; 16],
-    m: &Message<'_>,
-    mtu: Mtu,
-    f: InFlight,
-) -> Step {
-    let left = retry_left.get_or_insert(a.retry_cnt);
-    if *left == 0 && a.timeout != 0 {
-        qp.tables.stats.inc(Counter::RetryExceededErr);
-        st.forget();
-        qp.answer.lock().forget();
-        return Step::Done(WcStatus::RetryExcErr);
-    }
-    if a.timeout != 0 {
-        *left -= 1;
-    }
-    qp.tables.stats.inc(Counter::CompleterRetryErr);
-    st.rewind(f);
-    resend(qp, a, sgid, m, mtu, f)
 }
 
 /// Makes the first message sent behind the head (of the WQE now at the head) the one in
@@ -717,7 +683,7 @@ fn start(
         progress: false,
         spare: KVec::new(),
     };
-    resend(qp, a, sgid, m, mtu, f)
+    send_again(qp, a, sgid, m, mtu, f)
 }
 
 /// What of `f` to ask for (again) and expects the answer to it in `e`: a READ whose first
@@ -747,8 +713,58 @@ fn rest(e: &mut Expect, f: InFlight, mtu: Mtu) -> InFlight {
     f
 }
 
+/// What of the message in flight `f` goes again, its answer awaited afresh; `None` when an
+/// answer came since the requester looked (after it took none, or while it waited for an
+/// RNR NAK's timer): the run its arrival queued takes it, and nothing goes again (sending
+/// again would forget it, and a peer that has moved on never answers twice).
+fn reask(ans: &mut Answer, f: InFlight, mtu: Mtu) -> Option<InFlight> {
+    if ans.outcome.is_some() {
+        return None;
+    }
+    ans.progress = false;
+    Some(match ans.expect.as_mut() {
+        Some(e) => rest(e, f, mtu),
+        None => f,
+    })
+}
+
+/// Sends the message in flight `f` again with the messages behind it (go back N): with
+/// `retry_left`, as a transport retry, or completes its WQE with `RETRY_EXC_ERR` when
+/// `retry_cnt` retries are spent (`timeout` 0 retries for ever); without, after an RNR NAK's
+/// wait. Sends nothing when an answer came since the requester looked ([`reask`]).
+#[expect(clippy::too_many_arguments)]
+fn again(
+    qp: &Arc<QpShared>,
+    st: &mut Requester,
+    retry_left: Option<&mut Option<u8>>,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+    mtu: Mtu,
+    f: InFlight,
+) -> Step {
+    let Some(g) = reask(&mut qp.answer.lock(), f, mtu) else {
+        return Step::Exec(Exec::Pending);
+    };
+    if let Some(left) = retry_left {
+        let left = left.get_or_insert(a.retry_cnt);
+        if *left == 0 && a.timeout != 0 {
+            qp.tables.stats.inc(Counter::RetryExceededErr);
+            st.forget();
+            qp.answer.lock().forget();
+            return Step::Done(WcStatus::RetryExcErr);
+        }
+        if a.timeout != 0 {
+            *left -= 1;
+        }
+        qp.tables.stats.inc(Counter::CompleterRetryErr);
+    }
+    st.rewind(f);
+    send_again(qp, a, sgid, m, mtu, g)
+}
+
 /// Sends the packets of `f` (again); what goes wrong on the way is a lost packet.
-fn resend(
+fn send_again(
     qp: &Arc<QpShared>,
     a: &QpAttr,
     sgid: &[u8; 16],
@@ -756,15 +772,6 @@ fn resend(
     mtu: Mtu,
     f: InFlight,
 ) -> Step {
-    let f = {
-        let mut ans = qp.answer.lock();
-        ans.outcome = None;
-        ans.progress = false;
-        match ans.expect.as_mut() {
-            Some(e) => rest(e, f, mtu),
-            None => f,
-        }
-    };
     let Some(tx) = peer_tx(qp, a, sgid) else {
         return Step::Exec(Exec::Sent);
     };
@@ -1918,6 +1925,40 @@ mod tests {
         e.next = Psn::new(7);
         let r = rest(&mut e, f, mtu);
         assert!(r.first == Psn::new(5) && r.len == 700 && e.next == Psn::new(5));
+    }
+
+    #[test]
+    fn an_answer_that_came_meanwhile_is_taken_not_asked_for_again() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let f = InFlight {
+            first: Psn::new(5),
+            npkts: 2,
+            off: 0,
+            len: 700,
+        };
+        let mut ans = Answer {
+            expect: Some(expect(Awaited::Read, 5, 6, 700)),
+            ..Default::default()
+        };
+        let e = ans.expect.as_mut().unwrap();
+        let one = [3u8; 512];
+        let two = [4u8; 188];
+        assert!(feed(e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &one).is_some());
+        // The requester found no answer and its timer expired; the last packet comes now.
+        let o = feed(e, Opcode::RC_RDMA_READ_RESPONSE_LAST, 6, ack, &two);
+        assert!(is_ack(o));
+        ans.outcome = o.flatten();
+        ans.progress = true;
+        // Nothing goes again, and the answer and its data stay for the next run.
+        assert!(reask(&mut ans, f, Mtu::Mtu512).is_none());
+        assert!(ans.outcome.is_some() && ans.progress);
+        assert_eq!(ans.expect.as_ref().map(|e| e.buf.len()), Some(700));
+        // Without an answer the message goes again, from what is missing.
+        ans.outcome = None;
+        ans.expect.as_mut().unwrap().buf.truncate(512);
+        ans.expect.as_mut().unwrap().next = Psn::new(6);
+        let r = reask(&mut ans, f, Mtu::Mtu512).unwrap();
+        assert!(r.first == Psn::new(6) && r.len == 188 && !ans.progress);
     }
 
     #[test]
