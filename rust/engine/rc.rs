@@ -201,19 +201,61 @@ enum Awaited {
     Placed,
 }
 
-struct Expect {
-    /// The peer's GID: answers from anyone else are dropped.
-    peer: [u8; 16],
+/// What the peer owes for one message: the kind of answer and its PSNs, and a READ's data as
+/// it arrives.
+struct Due {
     kind: Awaited,
     first: Psn,
     last: Psn,
-    /// A READ: the PSN of the next response packet, and the data so far.
+    /// A READ: the PSN of the next response packet, the data so far and its length (the
+    /// buffer reserved for it).
     next: Psn,
     buf: KVec<u8>,
-    /// A READ: the bytes of the chunk.
     want: usize,
-    /// The last PSN sent behind the head (`last` when nothing is), including what went before
-    /// the requester went back N: ACKs and NAKs up to it are the peer's.
+}
+
+impl Due {
+    /// Expects the answer of `kind` to the message `f` (a READ: its `f.len` bytes into `buf`).
+    fn new(kind: Awaited, f: InFlight, buf: KVec<u8>) -> Self {
+        Due {
+            kind,
+            first: f.first,
+            last: f.first.add(f.npkts - 1),
+            next: f.first,
+            buf,
+            want: if kind == Awaited::Read { f.len } else { 0 },
+        }
+    }
+
+    /// Takes the READ response packet `p` at `psn`: `None` when it is not the next one, ends
+    /// the response anywhere but at `last`, or does not fill exactly what is left there; else
+    /// whether the READ's data is complete (so `next` never passes `last` with data missing).
+    fn take_read(&mut self, p: &Packet<'_>, psn: Psn) -> Option<bool> {
+        let at_last = psn == self.last;
+        if psn != self.next || p.info.position.ends() != at_last {
+            return None;
+        }
+        // In the buffer reserved for it: it never grows here.
+        let room = self.want - self.buf.len();
+        let n = p.payload.len();
+        if n > room
+            || (at_last && n != room)
+            || self.buf.extend_from_slice(p.payload, GFP_ATOMIC).is_err()
+        {
+            return None;
+        }
+        self.next = self.next.add(1);
+        Some(at_last)
+    }
+}
+
+struct Expect {
+    /// The peer's GID: answers from anyone else are dropped.
+    peer: [u8; 16],
+    /// The answer of the message at the head.
+    due: Due,
+    /// The last PSN sent behind the head (`due.last` when nothing is), including what went
+    /// before the requester went back N: ACKs and NAKs up to it are the peer's.
     sent_last: Psn,
     /// The last PSN behind the head that an ACK covered: the messages up to it are done.
     acked: Option<Psn>,
@@ -230,71 +272,33 @@ struct Expect {
 /// A READ or an atomic sent behind the head: its answer is taken as it comes, and waits for
 /// when the message gets to the head.
 struct Behind {
-    kind: Awaited,
-    first: Psn,
-    last: Psn,
-    /// A READ: the PSN of the next response packet, the data so far and its length.
-    next: Psn,
-    buf: KVec<u8>,
-    want: usize,
+    due: Due,
     /// An atomic's original value.
     orig: Option<u64>,
     /// The whole answer is here.
     done: bool,
 }
 
-/// Takes the READ response packet `p` at `psn` into `buf` (`want` bytes in all, the next
-/// packet expected at `next`, the last at `last`): `None` when it is not the next one, ends the
-/// response anywhere but at `last`, or does not fill exactly what is left there; else whether
-/// the READ's data is complete (so `next` never passes `last` with data missing).
-fn take_read(
-    next: &mut Psn,
-    buf: &mut KVec<u8>,
-    want: usize,
-    last: Psn,
-    p: &Packet<'_>,
-    psn: Psn,
-) -> Option<bool> {
-    let at_last = psn == last;
-    if psn != *next || p.info.position.ends() != at_last {
-        return None;
-    }
-    // In the buffer reserved for it: it never grows here.
-    let room = want - buf.len();
-    let n = p.payload.len();
-    if n > room || (at_last && n != room) || buf.extend_from_slice(p.payload, GFP_ATOMIC).is_err() {
-        return None;
-    }
-    *next = next.add(1);
-    Some(at_last)
-}
-
 impl Expect {
     /// Waits for the answer to the message `f` behind the head, which gets there: it may have
     /// come already.
     fn promote(&mut self, f: InFlight) -> Option<Outcome> {
-        self.first = f.first;
-        self.last = f.first.add(f.npkts - 1);
-        self.next = f.first;
-        self.kind = Awaited::Ack;
-        self.want = 0;
-        self.buf.clear();
-        if self.reads.first().is_some_and(|b| b.first == f.first) {
+        let mut buf = core::mem::take(&mut self.due.buf);
+        buf.clear();
+        self.due = Due::new(Awaited::Ack, f, buf);
+        if self.reads.first().is_some_and(|b| b.due.first == f.first) {
             if let Ok(b) = self.reads.remove(0) {
                 // A READ or an atomic: only its own answer completes it (an ACK of a later
                 // message says that its answer was lost).
-                self.kind = b.kind;
-                self.next = b.next;
-                self.want = b.want;
-                self.buf = b.buf;
+                self.due = b.due;
                 if b.done {
                     return Some(Outcome::Ack(b.orig.unwrap_or(0)));
                 }
             }
         }
         match self.acked {
-            Some(a) if a.diff(self.last) >= 0 => {
-                if self.kind == Awaited::Ack {
+            Some(a) if a.diff(self.due.last) >= 0 => {
+                if self.due.kind == Awaited::Ack {
                     return Some(Outcome::Ack(0));
                 }
             }
@@ -304,12 +308,12 @@ impl Expect {
             None => {}
         }
         match self.later {
-            Some((p, o)) if p.diff(self.first) >= 0 && p.diff(self.last) <= 0 => {
+            Some((p, o)) if p.diff(self.due.first) >= 0 && p.diff(self.due.last) <= 0 => {
                 self.later = None;
                 Some(o)
             }
             // A NAK for a message before this one (answered by an ACK since) is stale.
-            Some((p, _)) if p.diff(self.first) < 0 => {
+            Some((p, _)) if p.diff(self.due.first) < 0 => {
                 self.later = None;
                 None
             }
@@ -425,9 +429,9 @@ fn advance(
             Some(Outcome::Ack(_)) if st.n_ahead == 0 => ans.expect.take().map(|mut e| {
                 e.reads.clear();
                 ans.spare = core::mem::take(&mut e.reads);
-                e.buf
+                e.due.buf
             }),
-            Some(Outcome::Ack(_)) => ans.expect.as_mut().map(|e| core::mem::take(&mut e.buf)),
+            Some(Outcome::Ack(_)) => ans.expect.as_mut().map(|e| core::mem::take(&mut e.due.buf)),
             _ => None,
         };
         (o, buf)
@@ -565,12 +569,7 @@ pub(super) fn send_ahead(
             return false;
         }
         read = Some(Behind {
-            kind,
-            first: f.first,
-            last: f.first.add(f.npkts - 1),
-            next: f.first,
-            buf,
-            want: if kind == Awaited::Read { m.len } else { 0 },
+            due: Due::new(kind, f, buf),
             orig: None,
             done: false,
         });
@@ -585,12 +584,12 @@ pub(super) fn send_ahead(
             return false;
         };
         let outstanding =
-            e.reads.len() + usize::from(matches!(e.kind, Awaited::Read | Awaited::Atomic));
+            e.reads.len() + usize::from(matches!(e.due.kind, Awaited::Read | Awaited::Atomic));
         if fence && outstanding > 0 {
             return false;
         }
         if let Some(b) = read {
-            let buffered = e.reads.iter().map(|r| r.want).sum::<usize>() + b.want;
+            let buffered = e.reads.iter().map(|r| r.due.want).sum::<usize>() + b.due.want;
             if outstanding >= RD_OUTSTANDING.min(usize::from(a.max_rd_atomic))
                 || buffered > READ_BEHIND_BYTES
                 || e.reads.len() == e.reads.capacity()
@@ -666,12 +665,7 @@ fn start(
     *qp.answer.lock() = Answer {
         expect: Some(Expect {
             peer: a.route.dgid,
-            kind,
-            first: f.first,
-            last: f.first.add(npkts - 1),
-            next: f.first,
-            buf,
-            want: if kind == Awaited::Read { len } else { 0 },
+            due: Due::new(kind, f, buf),
             // Sent before already when the requester went back N.
             sent_last: latest(f.first.add(npkts - 1), st.sent_end.add(u32::MAX)),
             acked: None,
@@ -694,22 +688,22 @@ fn rest(e: &mut Expect, f: InFlight, mtu: Mtu) -> InFlight {
     // took already are still taken, up to `sent_last`).
     e.later = None;
     e.reads.clear();
-    let got = e.buf.len();
-    if e.kind == Awaited::Read && got > 0 && got < f.len {
+    let got = e.due.buf.len();
+    if e.due.kind == Awaited::Read && got > 0 && got < f.len {
         let len = f.len - got;
         let npkts = mtu.packets(len as u64) as u32;
-        e.last = e.next.add(npkts - 1);
-        e.sent_last = e.last;
+        e.due.last = e.due.next.add(npkts - 1);
+        e.sent_last = e.due.last;
         return InFlight {
-            first: e.next,
+            first: e.due.next,
             npkts,
             off: f.off + got,
             len,
         };
     }
-    e.next = e.first;
-    e.last = f.first.add(f.npkts - 1);
-    e.buf.clear();
+    e.due.next = e.due.first;
+    e.due.last = f.first.add(f.npkts - 1);
+    e.due.buf.clear();
     f
 }
 
@@ -976,8 +970,8 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
                 // Only the head's own READ data is progress (answers to later messages never
                 // hold off its retransmission).
                 let data = p.info.kind == Kind::ReadResponse
-                    && psn.diff(e.first) >= 0
-                    && psn.diff(e.last) <= 0;
+                    && psn.diff(e.due.first) >= 0
+                    && psn.diff(e.due.last) <= 0;
                 let o = answer(e, p, psn, outcome.is_none());
                 match o {
                     Some(Some(o)) => *outcome = Some(o),
@@ -998,12 +992,12 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
 /// Whether `p` at `psn` is an answer to the message `e` waits for (`None`: it is not), and
 /// what it says when it ends the wait (a READ response's data is kept).
 fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option<Outcome>> {
-    let within = psn.diff(e.first) >= 0 && psn.diff(e.last) <= 0;
+    let within = psn.diff(e.due.first) >= 0 && psn.diff(e.due.last) <= 0;
     let syndrome = p.hdr.aeth.map(|a| a.syndrome);
-    let behind = psn.diff(e.last) > 0 && psn.diff(e.sent_last) <= 0;
+    let behind = psn.diff(e.due.last) > 0 && psn.diff(e.sent_last) <= 0;
     // Only an answer of its own completes a READ or an atomic at the head; a later answer
     // says that (some of) its own was lost, and the timer asks for it again.
-    let later_answers_head = open && e.kind == Awaited::Ack;
+    let later_answers_head = open && e.due.kind == Awaited::Ack;
     if behind && matches!(p.info.kind, Kind::ReadResponse | Kind::AtomicAck) {
         // The answer to a READ or an atomic behind the head, kept for when it gets there.
         if !matches!(syndrome, None | Some(Syndrome::Ack(_))) {
@@ -1012,19 +1006,19 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
         let b = e
             .reads
             .iter_mut()
-            .find(|b| psn.diff(b.first) >= 0 && psn.diff(b.last) <= 0)?;
-        match (p.info.kind, b.kind) {
+            .find(|b| psn.diff(b.due.first) >= 0 && psn.diff(b.due.last) <= 0)?;
+        match (p.info.kind, b.due.kind) {
             (Kind::ReadResponse, Awaited::Read) => {
-                b.done = take_read(&mut b.next, &mut b.buf, b.want, b.last, p, psn)?;
+                b.done = b.due.take_read(p, psn)?;
             }
-            (Kind::AtomicAck, Awaited::Atomic) if psn == b.first && !b.done => {
+            (Kind::AtomicAck, Awaited::Atomic) if psn == b.due.first && !b.done => {
                 b.orig = Some(p.hdr.atomic_ack_eth?.orig);
                 b.done = true;
             }
             _ => return None,
         }
         // The peer executed every message before it: an ACK of them.
-        let upto = b.first.add(u32::MAX);
+        let upto = b.due.first.add(u32::MAX);
         if e.acked.is_none_or(|a| upto.diff(a) > 0) {
             e.acked = Some(upto);
         }
@@ -1055,13 +1049,13 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
     }
     match (p.info.kind, syndrome) {
         (Kind::Ack, Some(Syndrome::Ack(_)))
-            if matches!(e.kind, Awaited::Ack | Awaited::Placed) && psn == e.last =>
+            if matches!(e.due.kind, Awaited::Ack | Awaited::Placed) && psn == e.due.last =>
         {
             Some(Some(Outcome::Ack(0)))
         }
         (Kind::ReadResponse, Some(Syndrome::Ack(_)))
-            if e.kind == Awaited::Placed
-                && psn == e.last
+            if e.due.kind == Awaited::Placed
+                && psn == e.due.last
                 && p.info.position == Position::Only
                 && p.payload.is_empty() =>
         {
@@ -1070,15 +1064,15 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
         (Kind::Ack, Some(Syndrome::RnrNak(t))) if within => Some(Some(Outcome::Rnr(t))),
         (Kind::Ack, Some(Syndrome::Nak(code))) if within => Some(Some(nak_outcome(code))),
         (Kind::AtomicAck, Some(Syndrome::Ack(_)))
-            if e.kind == Awaited::Atomic && psn == e.first =>
+            if e.due.kind == Awaited::Atomic && psn == e.due.first =>
         {
             p.hdr.atomic_ack_eth.map(|a| Some(Outcome::Ack(a.orig)))
         }
-        (Kind::ReadResponse, syndrome) if e.kind == Awaited::Read => {
+        (Kind::ReadResponse, syndrome) if e.due.kind == Awaited::Read => {
             if !matches!(syndrome, None | Some(Syndrome::Ack(_))) {
                 return None;
             }
-            let done = take_read(&mut e.next, &mut e.buf, e.want, e.last, p, psn)?;
+            let done = e.due.take_read(p, psn)?;
             Some(done.then_some(Outcome::Ack(0)))
         }
         _ => None,
@@ -1567,16 +1561,9 @@ mod tests {
 
     /// An expectation of `kind` for PSNs `first..=last` (a READ of `want` bytes).
     fn expect(kind: Awaited, first: u32, last: u32, want: usize) -> Expect {
-        let mut buf = KVec::new();
-        buf.reserve(want, GFP_KERNEL).unwrap();
         Expect {
             peer: [0; 16],
-            kind,
-            first: Psn::new(first),
-            last: Psn::new(last),
-            next: Psn::new(first),
-            buf,
-            want,
+            due: due(kind, first, last, want),
             sent_last: Psn::new(last),
             acked: None,
             later: None,
@@ -1585,23 +1572,30 @@ mod tests {
         }
     }
 
-    /// A READ of `want` bytes (or, with `want` 0, an atomic) sent behind the head of `e` at
-    /// PSNs `first..=last`.
-    fn behind(e: &mut Expect, first: u32, last: u32, want: usize) {
+    /// The answer of `kind` to the message at PSNs `first..=last` (a READ of `want` bytes).
+    fn due(kind: Awaited, first: u32, last: u32, want: usize) -> Due {
         let mut buf = KVec::new();
         buf.reserve(want, GFP_KERNEL).unwrap();
-        let kind = if want > 0 {
-            Awaited::Read
-        } else {
-            Awaited::Atomic
-        };
-        let b = Behind {
+        Due {
             kind,
             first: Psn::new(first),
             last: Psn::new(last),
             next: Psn::new(first),
             buf,
             want,
+        }
+    }
+
+    /// A READ of `want` bytes (or, with `want` 0, an atomic) sent behind the head of `e` at
+    /// PSNs `first..=last`.
+    fn behind(e: &mut Expect, first: u32, last: u32, want: usize) {
+        let kind = if want > 0 {
+            Awaited::Read
+        } else {
+            Awaited::Atomic
+        };
+        let b = Behind {
+            due: due(kind, first, last, want),
             orig: None,
             done: false,
         };
@@ -1687,7 +1681,7 @@ mod tests {
         assert!(matches!(e.promote(msg(16, 5)), Some(Outcome::Resend)));
         assert!(e.later.is_none());
         // The head at 16..=20 again (sent again, nothing behind it): only its own last PSN.
-        e.sent_last = e.last;
+        e.sent_last = e.due.last;
         assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 21, ack, &[]).is_none());
         assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 20, ack, &[])));
     }
@@ -1789,9 +1783,9 @@ mod tests {
         // A duplicate atomic answer is not taken twice.
         assert!(feed_to(&mut e, false, Opcode::RC_ATOMIC_ACKNOWLEDGE, 13, ack, &[]).is_none());
         assert!(matches!(e.promote(msg(11, 2)), Some(Outcome::Ack(0))));
-        assert!(e.kind == Awaited::Read);
-        assert_eq!(e.buf.len(), 300);
-        assert_eq!((e.buf[255], e.buf[256]), (1, 2));
+        assert!(e.due.kind == Awaited::Read);
+        assert_eq!(e.due.buf.len(), 300);
+        assert_eq!((e.due.buf[255], e.due.buf[256]), (1, 2));
         assert!(matches!(e.promote(msg(13, 1)), Some(Outcome::Ack(99))));
         // The SEND at 14 waits for its own ACK.
         assert!(e.promote(msg(14, 1)).is_none());
@@ -1828,7 +1822,7 @@ mod tests {
         assert!(matches!(e.promote(msg(21, 1)), Some(Outcome::Ack(_))));
         assert_eq!(e.reads.len(), 1);
         assert!(e.promote(msg(22, 1)).is_none());
-        assert!(e.kind == Awaited::Atomic);
+        assert!(e.due.kind == Awaited::Atomic);
         assert!(matches!(
             feed(&mut e, Opcode::RC_ACKNOWLEDGE, 23, ack, &[]),
             Some(None)
@@ -1868,13 +1862,13 @@ mod tests {
             ack,
             &last
         )));
-        assert_eq!(e.buf.len(), 300);
-        assert_eq!(e.buf[255], 1);
-        assert_eq!(e.buf[256], 2);
+        assert_eq!(e.due.buf.len(), 300);
+        assert_eq!(e.due.buf[255], 1);
+        assert_eq!(e.due.buf[256], 2);
         // More data than asked for is refused.
         let mut e = expect(Awaited::Read, 5, 5, 100);
         assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_ONLY, 5, ack, &first).is_none());
-        assert_eq!(e.buf.len(), 0);
+        assert_eq!(e.due.buf.len(), 0);
     }
 
     #[test]
@@ -1901,7 +1895,7 @@ mod tests {
         let r = rest(&mut e, f, mtu);
         assert!(r.first == Psn::new(6) && r.npkts == 2);
         assert_eq!((r.off, r.len), (f.off + 256, 444));
-        assert!(e.last == Psn::new(7) && e.buf.len() == 256);
+        assert!(e.due.last == Psn::new(7) && e.due.buf.len() == 256);
         let two = [4u8; 256];
         let three = [5u8; 188];
         assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 6, ack, &two).is_some());
@@ -1912,19 +1906,19 @@ mod tests {
             ack,
             &three
         )));
-        assert_eq!((e.buf[255], e.buf[256], e.buf[699]), (3, 4, 5));
+        assert_eq!((e.due.buf[255], e.due.buf[256], e.due.buf[699]), (3, 4, 5));
         // A peer that sent short packets: the last PSN follows what is still missing.
         let mut e = expect(Awaited::Read, 5, 7, 700);
         let short = [6u8; 100];
         assert!(feed(&mut e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &short).is_some());
         let r = rest(&mut e, f, mtu);
         assert!(r.first == Psn::new(6) && r.npkts == 3 && r.len == 600);
-        assert!(e.last == Psn::new(8));
+        assert!(e.due.last == Psn::new(8));
         // Anything else is sent whole, expected from its first PSN.
         let mut e = expect(Awaited::Ack, 5, 7, 0);
-        e.next = Psn::new(7);
+        e.due.next = Psn::new(7);
         let r = rest(&mut e, f, mtu);
-        assert!(r.first == Psn::new(5) && r.len == 700 && e.next == Psn::new(5));
+        assert!(r.first == Psn::new(5) && r.len == 700 && e.due.next == Psn::new(5));
     }
 
     #[test]
@@ -1952,11 +1946,11 @@ mod tests {
         // Nothing goes again, and the answer and its data stay for the next run.
         assert!(reask(&mut ans, f, Mtu::Mtu512).is_none());
         assert!(ans.outcome.is_some() && ans.progress);
-        assert_eq!(ans.expect.as_ref().map(|e| e.buf.len()), Some(700));
+        assert_eq!(ans.expect.as_ref().map(|e| e.due.buf.len()), Some(700));
         // Without an answer the message goes again, from what is missing.
         ans.outcome = None;
-        ans.expect.as_mut().unwrap().buf.truncate(512);
-        ans.expect.as_mut().unwrap().next = Psn::new(6);
+        ans.expect.as_mut().unwrap().due.buf.truncate(512);
+        ans.expect.as_mut().unwrap().due.next = Psn::new(6);
         let r = reask(&mut ans, f, Mtu::Mtu512).unwrap();
         assert!(r.first == Psn::new(6) && r.len == 188 && !ans.progress);
     }
