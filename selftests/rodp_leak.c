@@ -193,7 +193,6 @@ TEST_F_TIMEOUT(race, link_delete_while_contexts_churn, 600)
 
 TEST_F_TIMEOUT(race, rmmod_while_contexts_churn, 600)
 {
-	/* Each reload runs the module's KUnit suites (about 5 s under TCG). */
 	for (int i = 0; i < 6; i++) {
 		usleep(200000);
 		ASSERT_EQ(0, sh(NULL, 0, "rmmod rodp"));
