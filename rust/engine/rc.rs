@@ -1924,35 +1924,37 @@ mod tests {
     #[test]
     fn an_answer_that_came_meanwhile_is_taken_not_asked_for_again() {
         let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let mtu = Mtu::Mtu256;
         let f = InFlight {
             first: Psn::new(5),
-            npkts: 2,
+            npkts: 3,
             off: 0,
             len: 700,
         };
         let mut ans = Answer {
-            expect: Some(expect(Awaited::Read, 5, 6, 700)),
+            expect: Some(expect(Awaited::Read, 5, 7, 700)),
             ..Default::default()
         };
         let e = ans.expect.as_mut().unwrap();
-        let one = [3u8; 512];
-        let two = [4u8; 188];
+        let (one, two, three) = ([3u8; 256], [4u8; 256], [5u8; 188]);
         assert!(feed(e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &one).is_some());
+        assert!(feed(e, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 6, ack, &two).is_some());
         // The requester found no answer and its timer expired; the last packet comes now.
-        let o = feed(e, Opcode::RC_RDMA_READ_RESPONSE_LAST, 6, ack, &two);
+        let o = feed(e, Opcode::RC_RDMA_READ_RESPONSE_LAST, 7, ack, &three);
         assert!(is_ack(o));
         ans.outcome = o.flatten();
         ans.progress = true;
         // Nothing goes again, and the answer and its data stay for the next run.
-        assert!(reask(&mut ans, f, Mtu::Mtu512).is_none());
+        assert!(reask(&mut ans, f, mtu).is_none());
         assert!(ans.outcome.is_some() && ans.progress);
         assert_eq!(ans.expect.as_ref().map(|e| e.due.buf.len()), Some(700));
         // Without an answer the message goes again, from what is missing.
         ans.outcome = None;
-        ans.expect.as_mut().unwrap().due.buf.truncate(512);
-        ans.expect.as_mut().unwrap().due.next = Psn::new(6);
-        let r = reask(&mut ans, f, Mtu::Mtu512).unwrap();
-        assert!(r.first == Psn::new(6) && r.len == 188 && !ans.progress);
+        let e = ans.expect.as_mut().unwrap();
+        e.due.buf.truncate(256);
+        e.due.next = Psn::new(6);
+        let r = reask(&mut ans, f, mtu).unwrap();
+        assert!(r.first == Psn::new(6) && r.npkts == 2 && r.len == 444 && !ans.progress);
     }
 
     #[test]
