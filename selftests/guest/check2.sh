@@ -139,6 +139,17 @@ lossy() {
 	return $lrc
 }
 
+# failed_state: after a failed case, what this guest's device and NIC saw (device counters,
+# NIC and neighbour state, the IP and UDP layers' drop counts), for the log.
+failed_state() {
+	echo "-- guest $role after the failure:"
+	rdma statistic show link "$dev/1" 2>/dev/null | tr -s ' \n' ' '
+	echo
+	ip -s link show "$nic"
+	ip neigh show dev "$nic"
+	nstat -az 2>/dev/null | awk '$1 ~ /^(Udp|Ip)/ && $1 ~ /Err|Discard|Drop|NoPorts/ && $2 > 0'
+}
+
 # case2 NAME DRIVER_A DRIVER_B ROLE ARGS...: one case, named "NAME DRIVER_A-DRIVER_B".
 n=0 planned=0 lost=0
 case2() {
@@ -201,6 +212,7 @@ case2() {
 	peer=1
 	if [ $lost = 0 ]; then peer=$(sync_peer "done $n" $rc) || lost=1; fi
 	cat $out
+	[ $rc = 0 ] && [ "$peer" = 0 ] || failed_state
 	timing "$name" "$t0"
 	echo "== $name ($el s): here $rc, peer ${peer:-none}"
 	[ "$role" = a ] || return 0
