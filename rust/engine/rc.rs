@@ -559,7 +559,12 @@ pub(super) fn send_ahead(
         off: 0,
         len: m.len,
     };
-    if st.outstanding(head) + f.npkts > MAX_OUTSTANDING {
+    let want = if kind == Awaited::Read { m.len } else { 0 };
+    let room = |e: &Expect| room_behind(e, a, kind, want, fence);
+    // Checked before a READ's buffer is allocated, and again when its entry goes in.
+    if st.outstanding(head) + f.npkts > MAX_OUTSTANDING
+        || !qp.answer.lock().expect.as_ref().is_some_and(&room)
+    {
         return false;
     }
     let mut read = None;
@@ -580,21 +585,11 @@ pub(super) fn send_ahead(
     // Its answer may come before `transmit` returns.
     let before = {
         let mut ans = qp.answer.lock();
-        let Some(e) = ans.expect.as_mut().filter(|e| !e.alone) else {
+        let Some(e) = ans.expect.as_mut().filter(|e| room(e)) else {
             return false;
         };
-        let outstanding =
-            e.reads.len() + usize::from(matches!(e.due.kind, Awaited::Read | Awaited::Atomic));
-        if fence && outstanding > 0 {
-            return false;
-        }
         if let Some(b) = read {
-            let buffered = e.reads.iter().map(|r| r.due.want).sum::<usize>() + b.due.want;
-            if outstanding >= RD_OUTSTANDING.min(usize::from(a.max_rd_atomic))
-                || buffered > READ_BEHIND_BYTES
-                || e.reads.len() == e.reads.capacity()
-                || e.reads.push(b, GFP_ATOMIC).is_err()
-            {
+            if e.reads.push(b, GFP_ATOMIC).is_err() {
                 return false;
             }
         }
@@ -616,6 +611,22 @@ pub(super) fn send_ahead(
     st.ahead[st.n_ahead] = f;
     st.n_ahead += 1;
     true
+}
+
+/// Whether a message awaiting an answer of `kind` (a READ: `want` bytes of response) may go
+/// behind the head of `e` now: not behind one that goes alone, a fenced one (`fence`) only when
+/// no READ or atomic is outstanding, a READ or an atomic only within `max_rd_atomic` (and
+/// [`RD_OUTSTANDING`], the room reserved in `reads`) and [`READ_BEHIND_BYTES`].
+fn room_behind(e: &Expect, a: &QpAttr, kind: Awaited, want: usize, fence: bool) -> bool {
+    let outstanding =
+        e.reads.len() + usize::from(matches!(e.due.kind, Awaited::Read | Awaited::Atomic));
+    if e.alone || (fence && outstanding > 0) {
+        return false;
+    }
+    kind == Awaited::Ack
+        || (outstanding < RD_OUTSTANDING.min(usize::from(a.max_rd_atomic))
+            && e.reads.len() < e.reads.capacity()
+            && e.reads.iter().map(|r| r.due.want).sum::<usize>() + want <= READ_BEHIND_BYTES)
 }
 
 /// Sends the message `m` (a READ: its chunk at `off`) for the first time.
@@ -1938,7 +1949,7 @@ mod tests {
         let e = ans.expect.as_mut().unwrap();
         let (one, two, three) = ([3u8; 256], [4u8; 256], [5u8; 188]);
         assert!(feed(e, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 5, ack, &one).is_some());
-        assert!(feed(e, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 6, ack, &two).is_some());
+        assert!(feed(e, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 6, None, &two).is_some());
         // The requester found no answer and its timer expired; the last packet comes now.
         let o = feed(e, Opcode::RC_RDMA_READ_RESPONSE_LAST, 7, ack, &three);
         assert!(is_ack(o));
