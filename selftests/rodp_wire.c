@@ -12,8 +12,9 @@
  * address, a PSN gap (one NAK), a duplicate (acknowledged again, delivered once), a WRITE
  * beyond the MR (NAK, QP in error), a packet out of its message's order (NAK), answers nobody
  * asked for. The requester: a two-packet SEND completes on the peer's ACK, an RNR NAK and a
- * PSN sequence NAK make it send again, silence makes it retry retry_cnt times and fail, and a
- * READ's response lands in place. UD: a group's datagram is taken at QP 0xffffff of a group
+ * PSN sequence NAK make it send again, silence makes it retry retry_cnt times and fail, a
+ * READ's response lands in place, and answers that do not fit a READ or an atomic sent behind
+ * the head are dropped. UD: a group's datagram is taken at QP 0xffffff of a group
  * with members only.
  */
 #define _GNU_SOURCE
@@ -969,6 +970,79 @@ TEST_F(wire, requester_pipelines_sends_and_writes)
 	EXPECT_DONE(self->cq, 12, 16);
 	for (int i = 0; i < 5; i++)
 		EXPECT_EQ(0, memcmp(data + 8 * i, self->buf + 12288 + 64 * i, 8));
+}
+
+/* An atomic's answer at psn carrying the original value orig. */
+static int atomic_ack(struct wire *w, uint32_t qpn, uint32_t psn, uint64_t orig)
+{
+	struct pkt p;
+	uint8_t v[8];
+
+	bth(&p, ATOMIC_ACK, qpn, psn, 0);
+	aeth(&p, ACK_SYN, 1);
+	put64(v, orig);
+	add(&p, v, sizeof(v));
+	return send_pkt(w, &p, PEER_IP, 0);
+}
+
+/*
+ * Answers that do not fit the READ or the atomic sent behind the head are dropped, counted,
+ * and complete nothing: a READ response ending before the READ's last PSN, an atomic's answer
+ * at a READ's PSN, a READ response at an atomic's PSN, a last READ response packet longer than
+ * what is missing. An ACK of a later message completes the SEND at the head but neither of
+ * them; their own answers do, in order.
+ */
+TEST_F(wire, requester_drops_answers_that_do_not_fit_reads_and_atomics_behind_the_head)
+{
+	uint32_t q = self->qp->qp_num, lkey = self->mr->lkey;
+	long dropped = cnt("rcvd_dropped_pkts");
+	uint8_t data[MTU + 100], big[200];
+	uint64_t orig;
+	struct ibv_wc wc;
+	struct pkt a;
+
+	fill(data, sizeof(data), 12);
+	fill(big, sizeof(big), 13);
+	/* A SEND at PSN 0, a READ at 1-2 (two response packets), a FETCH_ADD at 3, a SEND at 4. */
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 11));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_READ, self->buf + 8192, sizeof(data), lkey,
+			       0x7000, 0x99, 0, 12));
+	ASSERT_EQ(0, post_atomic(self->qp, IBV_WR_ATOMIC_FETCH_AND_ADD, self->buf + 16384, lkey,
+				 0x8000, 0x99, 5, 0));
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, lkey, 0, 0, 0, 14));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 0);
+	EXPECT_REQ(&self->w, &a, READ_REQ, 1);
+	EXPECT_REQ(&self->w, &a, FETCH_ADD, 3);
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 4);
+	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_ONLY, 1, data, 100));
+	ASSERT_EQ(0, atomic_ack(&self->w, q, 1, 7));
+	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_ONLY, 3, data, 8));
+	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_FIRST, 1, data, MTU));
+	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_LAST, 2, big, sizeof(big)));
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 4));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(11, wc.wr_id);
+	EXPECT_EQ(0, poll1(self->cq, &wc, 300)) TH_LOG("READ done without its data");
+	EXPECT_EQ(dropped + 4, cnt("rcvd_dropped_pkts"));
+	/* The READ's last packet, then the atomic's answer: all three complete. */
+	ASSERT_EQ(0, read_resp(&self->w, q, READ_RESP_LAST, 2, data + MTU, 100));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(12, wc.wr_id);
+	EXPECT_EQ(0, memcmp(data, self->buf + 8192, sizeof(data)));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 100)) TH_LOG("atomic done without its answer");
+	ASSERT_EQ(0, atomic_ack(&self->w, q, 3, 41));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(IBV_WC_FETCH_ADD, wc.opcode);
+	memcpy(&orig, self->buf + 16384, 8);
+	EXPECT_EQ(41, orig);
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(14, wc.wr_id);
+	EXPECT_EQ(dropped + 4, cnt("rcvd_dropped_pkts"));
+	EXPECT_EQ(5, qp_psn(self->qp, IBV_QP_SQ_PSN));
 }
 
 /*
