@@ -145,8 +145,8 @@ failed_state() {
 	echo "-- guest $role after the failure:"
 	rdma statistic show link "$dev/1" 2>/dev/null | tr -s ' \n' ' '
 	echo
-	ip -s link show "$nic"
-	ip neigh show dev "$nic"
+	ip -color=never -s link show "$nic"
+	ip -color=never neigh show dev "$nic"
 	nstat -az 2>/dev/null | awk '$1 ~ /^(Udp|Ip)/ && $1 ~ /Err|Discard|Drop|NoPorts/ && $2 > 0'
 }
 
