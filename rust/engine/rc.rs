@@ -1888,10 +1888,9 @@ mod tests {
         let mtu = Mtu::Mtu256;
         // 700 bytes at PSNs 5..=7, going to offset 64 KiB of the WQE's data.
         let f = InFlight {
-            first: Psn::new(5),
-            npkts: 3,
             off: 64 << 10,
             len: 700,
+            ..msg(5, 3)
         };
         let mut e = expect(Awaited::Read, 5, 7, 700);
         // Nothing arrived: all of it again.
@@ -1936,11 +1935,10 @@ mod tests {
     fn an_answer_that_came_meanwhile_is_taken_not_asked_for_again() {
         let ack = Some(Syndrome::Ack(NO_CREDITS));
         let mtu = Mtu::Mtu256;
+        // 700 bytes at PSNs 5..=7.
         let f = InFlight {
-            first: Psn::new(5),
-            npkts: 3,
-            off: 0,
             len: 700,
+            ..msg(5, 3)
         };
         let mut ans = Answer {
             expect: Some(expect(Awaited::Read, 5, 7, 700)),
