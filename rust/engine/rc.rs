@@ -152,12 +152,14 @@ impl Requester {
         self.next_psn.get().wrapping_sub(head.first.get()) & Psn::MASK
     }
 
-    /// Forgets the messages sent behind the head `f`, which is sent again: go back N, so the
-    /// WQEs behind it go again with the same PSNs (the peer answers what it took already as a
-    /// duplicate).
-    fn rewind(&mut self, f: InFlight) {
+    /// Forgets the messages sent behind the head `f`, which goes again as `g`: go back N, so
+    /// the WQEs behind it go again with the same PSNs (the peer answers what it took already as
+    /// a duplicate). A READ asked again for what is missing after its peer sent short response
+    /// packets may take PSNs past `f`'s: the next message starts after them.
+    fn rewind(&mut self, f: InFlight, g: InFlight) {
         self.n_ahead = 0;
-        self.next_psn = f.first.add(f.npkts);
+        self.next_psn = latest(f.first.add(f.npkts), g.first.add(g.npkts));
+        self.sent_end = latest(self.sent_end, self.next_psn);
     }
 
     /// Takes the next `npkts` PSNs for a message (or, after going back N, again).
@@ -416,10 +418,7 @@ fn advance(
                 None => return Step::Exec(Exec::Sent),
             }
         }
-        None => {
-            st.after_rnr = false;
-            return start(qp, st, a, sgid, m, mtu, 0);
-        }
+        None => return start(qp, st, a, sgid, m, mtu, 0),
     };
     let (outcome, buf) = {
         let mut ans = qp.answer.lock();
@@ -639,6 +638,8 @@ fn start(
     mtu: Mtu,
     off: usize,
 ) -> Step {
+    // A new message (or a READ's next request) follows no RNR NAK.
+    st.after_rnr = false;
     let (kind, npkts, len) = match m.opcode {
         WrOpcode::RdmaRead => {
             // The WQE is read again for every chunk: its user may have shrunk it meanwhile.
@@ -748,23 +749,31 @@ fn again(
     mtu: Mtu,
     f: InFlight,
 ) -> Step {
-    let Some(g) = reask(&mut qp.answer.lock(), f, mtu) else {
-        return Step::Exec(Exec::Pending);
-    };
-    if let Some(left) = retry_left {
-        let left = left.get_or_insert(a.retry_cnt);
-        if *left == 0 && a.timeout != 0 {
+    let left = retry_left.map(|l| l.get_or_insert(a.retry_cnt));
+    let g = {
+        let mut ans = qp.answer.lock();
+        // Out of retries, unless the answer came meanwhile.
+        if ans.outcome.is_none() && a.timeout != 0 && left.as_deref() == Some(&0) {
+            ans.forget();
+            drop(ans);
             qp.tables.stats.inc(Counter::RetryExceededErr);
             st.forget();
-            qp.answer.lock().forget();
             return Step::Done(WcStatus::RetryExcErr);
         }
+        reask(&mut ans, f, mtu)
+    };
+    let Some(g) = g else {
+        // Nothing went again: after an RNR NAK's wait, a resend still follows that wait.
+        st.after_rnr |= left.is_none();
+        return Step::Exec(Exec::Pending);
+    };
+    if let Some(left) = left {
         if a.timeout != 0 {
             *left -= 1;
         }
         qp.tables.stats.inc(Counter::CompleterRetryErr);
     }
-    st.rewind(f);
+    st.rewind(f, g);
     send_again(qp, a, sgid, m, mtu, g)
 }
 
@@ -1707,7 +1716,7 @@ mod tests {
         assert_eq!(st.take_psns(1).get(), 3);
         assert_eq!(st.sent_end.get(), 4);
         // Back N: the head goes again, the PSNs behind it are taken again, the end stays.
-        st.rewind(msg(0xff_fffe, 2));
+        st.rewind(msg(0xff_fffe, 2), msg(0xff_fffe, 2));
         assert_eq!(st.next_psn(), 0);
         assert_eq!(st.take_psns(3).get(), 0);
         assert_eq!(st.sent_end.get(), 4);
@@ -1924,6 +1933,11 @@ mod tests {
         let r = rest(&mut e, f, mtu);
         assert!(r.first == Psn::new(6) && r.npkts == 3 && r.len == 600);
         assert!(e.due.last == Psn::new(8));
+        // The next message starts after those PSNs.
+        let mut st = Requester::new(5);
+        st.take_psns(3);
+        st.rewind(f, r);
+        assert_eq!(st.next_psn(), 9);
         // Anything else is sent whole, expected from its first PSN.
         let mut e = expect(Awaited::Ack, 5, 7, 0);
         e.due.next = Psn::new(7);
