@@ -560,9 +560,10 @@ pub(super) fn send_ahead(
     };
     let want = if kind == Awaited::Read { m.len } else { 0 };
     let room = |e: &Expect| room_behind(e, a, kind, want, fence);
-    // Checked before a READ's buffer is allocated, and again when its entry goes in.
+    // A READ or an atomic is checked before its entry is allocated, and again when it goes
+    // in; a SEND or a WRITE only then (one lock per message on this path).
     if st.outstanding(head) + f.npkts > MAX_OUTSTANDING
-        || !qp.answer.lock().expect.as_ref().is_some_and(&room)
+        || (kind != Awaited::Ack && !qp.answer.lock().expect.as_ref().is_some_and(&room))
     {
         return false;
     }
