@@ -575,6 +575,62 @@ TEST_F(wire, write_read_and_atomic_are_served)
 	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
 }
 
+/* A WRITE_ONLY of 32 bytes (pattern 5) at psn into the fixture's MR at offset 100. */
+static int write_only(struct _test_data_wire *self, uint32_t psn)
+{
+	uint8_t data[32];
+	struct pkt p;
+
+	fill(data, sizeof(data), 5);
+	bth(&p, WRITE_ONLY, self->qp->qp_num, psn, 1);
+	reth(&p, (uintptr_t)self->buf + 100, self->mr->rkey, sizeof(data));
+	add(&p, data, sizeof(data));
+	return send_pkt(&self->w, &p, PEER_IP, 0);
+}
+
+/*
+ * A duplicate WRITE is acknowledged at the last SEND's or WRITE's PSN, never at a READ's or an
+ * atomic's taken since: a requester (rxe's) takes a plain ACK at a READ's last PSN as its
+ * answer and completes the READ without its data.
+ */
+TEST_F(wire, duplicate_write_is_acknowledged_below_a_read_or_an_atomic)
+{
+	uint64_t va = (uintptr_t)self->buf;
+	long dup = cnt("duplicate_request");
+	struct pkt p, a;
+	uint8_t h[28];
+
+	ASSERT_EQ(0, write_only(self, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+	bth(&p, READ_REQ, self->qp->qp_num, 1, 1);
+	reth(&p, va + 4096, self->mr->rkey, 32);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, READ_RESP_ONLY, ACK_SYN, 1);
+	ASSERT_EQ(0, write_only(self, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+
+	bth(&p, FETCH_ADD, self->qp->qp_num, 2, 1);
+	put64(h, va + 64);
+	put32(h + 8, self->mr->rkey);
+	put64(h + 12, 1);
+	put64(h + 20, 0);
+	add(&p, h, 28);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
+	EXPECT_EQ(2, pkt_psn(&a));
+	ASSERT_EQ(0, write_only(self, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+
+	/* A WRITE taken after them is the one acknowledged again. */
+	ASSERT_EQ(0, write_only(self, 3));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
+	ASSERT_EQ(0, write_only(self, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
+	EXPECT_EQ(dup + 3, cnt("duplicate_request"));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("an answer too many");
+}
+
 TEST_F(wire, write_beyond_the_mr_gets_access_nak_and_errors_qp)
 {
 	uint8_t data[32] = { 0 };

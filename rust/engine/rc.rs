@@ -1117,6 +1117,11 @@ pub(crate) struct Responder {
     epsn: Psn,
     /// Messages completed (the AETH's MSN).
     msn: u32,
+    /// The PSN a duplicate SEND or WRITE is acknowledged at: the last packet of a SEND or a
+    /// WRITE taken, never a READ's or an atomic's, whose requester would take a plain ACK at
+    /// its PSN as the answer without the data (rxe's `check_ack` completes the WQE whose last
+    /// PSN an ACK names; rxe's own responder keeps `ack_psn` for this).
+    acked: Psn,
     /// A PSN sequence NAK was sent for the gap at `epsn`: one is enough.
     nak_sent: bool,
     /// UC: the message under way was lost or refused; its packets are dropped up to the first
@@ -1147,8 +1152,10 @@ enum Cur {
 impl Responder {
     /// A responder expecting PSN `psn` (`rq_psn`).
     pub(crate) fn new(psn: u32) -> Self {
+        let epsn = Psn::new(psn);
         Self {
-            epsn: Psn::new(psn),
+            epsn,
+            acked: epsn.add(u32::MAX),
             ..Default::default()
         }
     }
@@ -1289,7 +1296,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     if d < 0 {
         qp.tables.stats.inc(Counter::DuplicateRequest);
         let w = &rq.wire;
-        let (epsn, msn) = (w.epsn, w.msn);
+        let (acked, epsn, msn) = (w.acked, w.epsn, w.msn);
         match p.info.kind {
             Kind::ReadRequest => {
                 let n = qp_mtu(qp).packets(m.len as u64) as u32;
@@ -1324,7 +1331,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                     qp,
                     back(dest).as_ref(),
                     Syndrome::Ack(NO_CREDITS),
-                    epsn.add(u32::MAX),
+                    acked,
                     msn,
                 );
             }
@@ -1345,6 +1352,9 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 _ => 1,
             };
             w.epsn = psn.add(n);
+            if matches!(p.info.kind, Kind::Send | Kind::Write) {
+                w.acked = psn;
+            }
             if p.info.position.ends() {
                 w.msn = w.msn.wrapping_add(1) & Psn::MASK;
                 w.cur = Cur::Idle;
