@@ -12,6 +12,7 @@
 #                                     two-guest phase runs after them when
 #                                     RODP_TESTS is unset or one of its globs matches "check2"
 #   RODP_TESTS2=glob                  the two-guest cases to run (default all)
+#   RODP_REPEAT2=N                    each of those cases N times in a row (default 1)
 #   RODP_PAIR_CPUS=N                  vCPUs of each of the two guests (default 1)
 # The guests' serial logs are kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
 # script's, and for `check` also fails on any kernel splat in a log or a failed test.

@@ -163,6 +163,12 @@ case2() {
 	done
 	set +f
 	[ $want = 1 ] || return 0
+	# RODP_REPEAT2=N runs each chosen case N times (to measure how often a flaky one fails).
+	for _ in $(seq "${RODP_REPEAT2:-1}"); do case2_once "$@"; done
+}
+
+# case2_once ARGS...: case2's case, once (name, drivers and fn already set).
+case2_once() {
 	if [ "$mode" = count ]; then planned=$((planned + 1)); return 0; fi
 	[ $lost = 0 ] || return 0
 	n=$((n + 1))
