@@ -589,11 +589,12 @@ static int write_only(struct _test_data_wire *self, uint32_t psn)
 }
 
 /*
- * A duplicate WRITE is acknowledged at the last SEND's or WRITE's PSN, never at a READ's or an
- * atomic's taken since: a requester (rxe's) takes a plain ACK at a READ's last PSN as its
- * answer and completes the READ without its data.
+ * A duplicate WRITE is acknowledged at the last SEND's or WRITE's PSN, and not at all when a
+ * READ or an atomic was taken since (its answer acknowledges the WRITE): a requester (rxe's)
+ * takes a plain ACK at a READ's last PSN as its answer and completes the READ without its
+ * data, and an older ACK amid a READ's response packets breaks rxe's completer.
  */
-TEST_F(wire, duplicate_write_is_acknowledged_below_a_read_or_an_atomic)
+TEST_F(wire, duplicate_write_is_not_acknowledged_behind_a_read_or_an_atomic)
 {
 	uint64_t va = (uintptr_t)self->buf;
 	long dup = cnt("duplicate_request");
@@ -607,7 +608,7 @@ TEST_F(wire, duplicate_write_is_acknowledged_below_a_read_or_an_atomic)
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
 	EXPECT_ACK(&self->w, READ_RESP_ONLY, ACK_SYN, 1);
 	ASSERT_EQ(0, write_only(self, 0));
-	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a duplicate behind a READ answered");
 
 	bth(&p, FETCH_ADD, self->qp->qp_num, 2, 1);
 	put64(h, va + 64);
@@ -620,15 +621,65 @@ TEST_F(wire, duplicate_write_is_acknowledged_below_a_read_or_an_atomic)
 	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
 	EXPECT_EQ(2, pkt_psn(&a));
 	ASSERT_EQ(0, write_only(self, 0));
-	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a duplicate behind an atomic answered");
 
-	/* A WRITE taken after them is the one acknowledged again. */
+	/* A WRITE taken after them is the one acknowledged again, never the READ's PSN. */
 	ASSERT_EQ(0, write_only(self, 3));
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
 	ASSERT_EQ(0, write_only(self, 0));
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
-	EXPECT_EQ(dup + 3, cnt("duplicate_request"));
+	ASSERT_EQ(0, write_only(self, 1));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
+	/* A duplicate that neither ends its message nor asks for an ACK gets none. */
+	bth(&p, SEND_FIRST, self->qp->qp_num, 2, 0);
+	fill(p.b + p.len, MTU, 3);
+	p.len += MTU;
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a first packet's duplicate answered");
+	EXPECT_EQ(dup + 5, cnt("duplicate_request"));
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("an answer too many");
+}
+
+/* A FETCH_ADD of k at psn to qpn on the fixture's MR at offset 64: its original value, or -1. */
+static int64_t fetch_add(struct _test_data_wire *self, uint32_t qpn, uint32_t psn, uint64_t k)
+{
+	struct pkt p, a;
+	uint8_t h[28];
+
+	bth(&p, FETCH_ADD, qpn, psn, 1);
+	put64(h, (uintptr_t)self->buf + 64);
+	put32(h + 8, self->mr->rkey);
+	put64(h + 12, k);
+	put64(h + 20, 0);
+	add(&p, h, 28);
+	if (send_pkt(&self->w, &p, PEER_IP, 0) || recv_pkt(&self->w, &a, 3000) <= 0 ||
+	    a.b[0] != ATOMIC_ACK || pkt_psn(&a) != psn)
+		return -1;
+	return get64(a.b + 16);
+}
+
+/*
+ * A QP with max_dest_rd_atomic 128 keeps the results of its last 128 atomics: a duplicate of
+ * any of them (a requester may have that many outstanding) gets the first answer again.
+ */
+TEST_F(wire, duplicate_atomics_are_answered_as_far_back_as_max_dest_rd_atomic)
+{
+	struct ibv_qp *qp = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	struct rc_opts o = *wire_opts();
+	int n = 128;
+
+	ASSERT_NE(NULL, qp);
+	o.rd_atomic = n;
+	ASSERT_EQ(0, rc_connect(qp, &self->d, PEER_QPN, &self->peer, &o));
+	*(uint64_t *)(self->buf + 64) = 0;
+	for (int i = 0; i < n + 1; i++)
+		ASSERT_EQ(i, fetch_add(self, qp->qp_num, i, 1));
+	/* 129 were taken: PSN 1's is the oldest result kept, 64's a middle one, 128's the last. */
+	EXPECT_EQ(1, fetch_add(self, qp->qp_num, 1, 1));
+	EXPECT_EQ(64, fetch_add(self, qp->qp_num, 64, 1));
+	EXPECT_EQ(n, fetch_add(self, qp->qp_num, n, 1));
+	EXPECT_EQ(n + 1, *(uint64_t *)(self->buf + 64));
+	ibv_destroy_qp(qp);
 }
 
 TEST_F(wire, write_beyond_the_mr_gets_access_nak_and_errors_qp)

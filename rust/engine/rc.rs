@@ -67,8 +67,10 @@ use kernel::{
 /// until the requester copies it into place.
 const READ_CHUNK: usize = 64 << 10;
 
-/// Atomic results a responder keeps for duplicate requests (at least `max_dest_rd_atomic`).
-const ATOMIC_CACHE: usize = 16;
+/// Atomic results a responder keeps for duplicate requests: as many as a QP's
+/// `max_dest_rd_atomic` may be (a requester has that many atomics outstanding at most, and
+/// any of them may be asked for again).
+const ATOMIC_CACHE: usize = crate::qp::MAX_RD_ATOMIC as usize;
 
 /// The AETH credit field rxe sends: no end-to-end flow control.
 const NO_CREDITS: u8 = 0x1f;
@@ -81,8 +83,8 @@ const AHEAD: usize = 32;
 const UNACKED_PSNS: u32 = 128;
 
 /// READs and atomics outstanding at most (the head's among them), whatever `max_rd_atomic`
-/// allows; the responder keeps [`ATOMIC_CACHE`] atomic results for duplicates.
-const RD_OUTSTANDING: usize = ATOMIC_CACHE;
+/// allows (a peer keeps at least that many atomic results for duplicates).
+const RD_OUTSTANDING: usize = 16;
 
 /// Bytes of READ responses buffered at most for the READs behind the head.
 const READ_BEHIND_BYTES: usize = 4 * READ_CHUNK;
@@ -1111,7 +1113,6 @@ fn nak_outcome(code: NakCode) -> Outcome {
 }
 
 /// The responder's state of an RC QP (in `RecvSide`).
-#[derive(Default)]
 pub(crate) struct Responder {
     /// The PSN expected next (`rq_psn` at first).
     epsn: Psn,
@@ -1120,7 +1121,8 @@ pub(crate) struct Responder {
     /// The PSN a duplicate SEND or WRITE is acknowledged at: the last packet of a SEND or a
     /// WRITE taken, never a READ's or an atomic's, whose requester would take a plain ACK at
     /// its PSN as the answer without the data (rxe's `check_ack` completes the WQE whose last
-    /// PSN an ACK names; rxe's own responder keeps `ack_psn` for this).
+    /// PSN an ACK names; rxe's own responder keeps `ack_psn` for this). When it is not the
+    /// PSN before `epsn`, a READ or an atomic was taken since, and duplicates get no ACK.
     acked: Psn,
     /// A PSN sequence NAK was sent for the gap at `epsn`: one is enough.
     nak_sent: bool,
@@ -1147,6 +1149,21 @@ enum Cur {
         resid: u64,
         total: u32,
     },
+}
+
+impl Default for Responder {
+    fn default() -> Self {
+        Self {
+            epsn: Psn::default(),
+            msn: 0,
+            acked: Psn::default(),
+            nak_sent: false,
+            dropping: false,
+            cur: Cur::Idle,
+            atomics: [None; ATOMIC_CACHE],
+            next_atomic: 0,
+        }
+    }
 }
 
 impl Responder {
@@ -1325,15 +1342,24 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 drop(rq);
                 placed_ack(qp, back(dest).as_ref(), psn, msn);
             }
+            // A SEND or a WRITE: acknowledged again once per message (where it asks for an
+            // ACK or ends), and only when nothing answered otherwise (a READ, an atomic) was
+            // taken since the last SEND or WRITE. Such an answer acknowledges everything
+            // before it, and its requester goes back to it anyway; an older ACK arriving
+            // amid a READ's response packets would break rxe's completer (`check_ack` takes
+            // it and forgets that a READ response is under way).
             _ => {
                 drop(rq);
-                ack(
-                    qp,
-                    back(dest).as_ref(),
-                    Syndrome::Ack(NO_CREDITS),
-                    acked,
-                    msn,
-                );
+                let asks = p.hdr.bth.ack_req || p.info.position.ends();
+                if asks && acked == epsn.add(u32::MAX) {
+                    ack(
+                        qp,
+                        back(dest).as_ref(),
+                        Syndrome::Ack(NO_CREDITS),
+                        acked,
+                        msn,
+                    );
+                }
             }
         }
         return true;
