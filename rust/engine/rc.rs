@@ -216,6 +216,9 @@ struct Due {
     next: Psn,
     buf: KVec<u8>,
     want: usize,
+    /// The peer took every packet before this one (a PSN sequence NAK within the message says
+    /// so): how far the message got, so that a NAK further on is progress.
+    reached: Psn,
 }
 
 impl Due {
@@ -228,6 +231,7 @@ impl Due {
             next: f.first,
             buf,
             want: if kind == Awaited::Read { f.len } else { 0 },
+            reached: f.first,
         }
     }
 
@@ -332,8 +336,10 @@ enum Outcome {
     Ack(u64),
     Nak(Nak),
     Rnr(u8),
-    /// A PSN sequence NAK within the message: send it again now.
-    Resend,
+    /// A PSN sequence NAK within the message: send it again now; whether the peer took more
+    /// of it than before (progress: the transport retries start afresh, as rxe's do on every
+    /// answer that moves on).
+    Resend(bool),
 }
 
 /// The answer to the message in flight, filled by the completer (inbox work) and taken by the
@@ -474,13 +480,17 @@ fn advance(
             st.after_rnr = true;
             Step::Reply(Reply::Rnr(t))
         }
-        // A PSN sequence NAK: a transport retry, as a timer's expiry is (rxe counts both).
-        Some(Outcome::Resend) if !core::mem::take(&mut st.after_rnr) => {
+        // A PSN sequence NAK: a transport retry, as a timer's expiry is (rxe counts both);
+        // one that says the peer got further than before starts the retries afresh.
+        Some(Outcome::Resend(further)) if !core::mem::take(&mut st.after_rnr) => {
+            if further {
+                *retry_left = None;
+            }
             again(qp, st, Some(retry_left), a, sgid, m, mtu, f)
         }
         // One after an RNR NAK: the peer refused the packets sent behind the one it could
         // not take yet (rxe and rodp keep their expected PSN there), and the RNR wait is over.
-        Some(Outcome::Resend) => again(qp, st, None, a, sgid, m, mtu, f),
+        Some(Outcome::Resend(_)) => again(qp, st, None, a, sgid, m, mtu, f),
         None if timer_running => Step::Exec(Exec::Pending),
         None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
         // After an RNR NAK's wait the message goes again without a transport retry.
@@ -995,11 +1005,9 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
                 let data = p.info.kind == Kind::ReadResponse
                     && psn.diff(e.due.first) >= 0
                     && psn.diff(e.due.last) <= 0;
-                let o = answer(e, p, psn, outcome.is_none());
-                match o {
-                    Some(Some(o)) => *outcome = Some(o),
-                    Some(None) if data => *progress = true,
-                    _ => {}
+                let o = record(e, outcome, p, psn);
+                if let (Some(None), true) = (o, data) {
+                    *progress = true;
                 }
                 o
             }
@@ -1010,6 +1018,29 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
         qp.kick();
     }
     taken.is_some()
+}
+
+/// Takes the answer `p` at `psn` for the message `e` waits for into `outcome`, the head's
+/// answer not yet taken by the requester: as [`answer`]. A sequence NAK's resend not begun yet
+/// gives way to an answer that follows it (the packets it missed came late, reordered): going
+/// back N then would only ask for an answer again, from a peer that may have moved on.
+fn record(
+    e: &mut Expect,
+    outcome: &mut Option<Outcome>,
+    p: &Packet<'_>,
+    psn: Psn,
+) -> Option<Option<Outcome>> {
+    let open = matches!(outcome, None | Some(Outcome::Resend(_)));
+    let o = answer(e, p, psn, open);
+    match o {
+        Some(Some(Outcome::Resend(y))) => {
+            let x = matches!(outcome, Some(Outcome::Resend(true)));
+            *outcome = Some(Outcome::Resend(x || y));
+        }
+        Some(Some(o)) => *outcome = Some(o),
+        _ => {}
+    }
+    o
 }
 
 /// Whether `p` at `psn` is an answer to the message `e` waits for (`None`: it is not), and
@@ -1085,6 +1116,13 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
             Some(Some(Outcome::Ack(0)))
         }
         (Kind::Ack, Some(Syndrome::RnrNak(t))) if within => Some(Some(Outcome::Rnr(t))),
+        (Kind::Ack, Some(Syndrome::Nak(NakCode::PsnSeqErr))) if within => {
+            let further = psn.diff(e.due.reached) > 0;
+            if further {
+                e.due.reached = psn;
+            }
+            Some(Some(Outcome::Resend(further)))
+        }
         (Kind::Ack, Some(Syndrome::Nak(code))) if within => Some(Some(nak_outcome(code))),
         (Kind::AtomicAck, Some(Syndrome::Ack(_)))
             if e.due.kind == Awaited::Atomic && psn == e.due.first =>
@@ -1105,7 +1143,7 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
 /// What a NAK with `code` makes of the message it names.
 fn nak_outcome(code: NakCode) -> Outcome {
     match code {
-        NakCode::PsnSeqErr => Outcome::Resend,
+        NakCode::PsnSeqErr => Outcome::Resend(false),
         NakCode::RemAccess => Outcome::Nak(Nak::Access),
         NakCode::RemOp => Outcome::Nak(Nak::Op),
         NakCode::InvReq | NakCode::InvRdReq => Outcome::Nak(Nak::InvReq),
@@ -1640,6 +1678,7 @@ mod tests {
             next: Psn::new(first),
             buf,
             want,
+            reached: Psn::new(first),
         }
     }
 
@@ -1680,6 +1719,19 @@ mod tests {
         syndrome: Option<Syndrome>,
         payload: &[u8],
     ) -> Option<Option<Outcome>> {
+        with_packet(op, psn, syndrome, payload, |p| {
+            answer(e, p, Psn::new(psn), open)
+        })
+    }
+
+    /// `f` of a packet `op` at `psn` with `syndrome` and `payload`.
+    fn with_packet<R>(
+        op: Opcode,
+        psn: u32,
+        syndrome: Option<Syndrome>,
+        payload: &[u8],
+        f: impl FnOnce(&Packet<'_>) -> R,
+    ) -> R {
         let mut h = Headers::new(Bth::new(op, 7, Psn::new(psn)));
         h.aeth = syndrome.map(|syndrome| Aeth { syndrome, msn: 1 });
         if op == Opcode::RC_ATOMIC_ACKNOWLEDGE {
@@ -1688,7 +1740,7 @@ mod tests {
         let mut b = [0u8; 512];
         let n = build(&h, payload, &mut b).unwrap();
         let p = parse(&b[..n]).unwrap();
-        answer(e, &p, Psn::new(psn), open)
+        f(&p)
     }
 
     /// A message at PSNs `first..first + npkts`.
@@ -1735,7 +1787,10 @@ mod tests {
         assert!(feed_to(&mut e, false, Opcode::RC_ACKNOWLEDGE, 21, ack, &[]).is_none());
         assert!(feed_to(&mut e, false, Opcode::RC_ACKNOWLEDGE, 12, ack, &[]).is_none());
         assert!(matches!(e.promote(msg(13, 3)), Some(Outcome::Ack(_))));
-        assert!(matches!(e.promote(msg(16, 5)), Some(Outcome::Resend)));
+        assert!(matches!(
+            e.promote(msg(16, 5)),
+            Some(Outcome::Resend(false))
+        ));
         assert!(e.later.is_none());
         // The head at 16..=20 again (sent again, nothing behind it): only its own last PSN.
         e.sent_last = e.due.last;
@@ -1783,8 +1838,15 @@ mod tests {
         let seq = Some(Syndrome::Nak(NakCode::PsnSeqErr));
         assert!(matches!(
             feed(&mut e, Opcode::RC_ACKNOWLEDGE, 10, seq, &[]),
-            Some(Some(Outcome::Resend))
+            Some(Some(Outcome::Resend(false)))
         ));
+        // One further on says the peer took more of the message: progress, once.
+        for (psn, further) in [(11, true), (11, false), (10, false), (12, true)] {
+            assert!(matches!(
+                feed(&mut e, Opcode::RC_ACKNOWLEDGE, psn, seq, &[]),
+                Some(Some(Outcome::Resend(f))) if f == further
+            ));
+        }
         let acc = Some(Syndrome::Nak(NakCode::RemAccess));
         assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 20, acc, &[]).is_none());
         assert!(matches!(
@@ -1800,6 +1862,31 @@ mod tests {
             &[]
         )
         .is_none());
+    }
+
+    #[test]
+    fn an_ack_after_a_sequence_nak_not_yet_acted_on_replaces_it() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let seq = Some(Syndrome::Nak(NakCode::PsnSeqErr));
+        let acc = Some(Syndrome::Nak(NakCode::RemAccess));
+        let mut e = expect(Awaited::Ack, 10, 13, 0);
+        let mut out = None;
+        let rec = |e: &mut Expect, out: &mut Option<Outcome>, psn, syn| {
+            with_packet(Opcode::RC_ACKNOWLEDGE, psn, syn, &[], |p| {
+                record(e, out, p, Psn::new(psn))
+            })
+        };
+        // Two NAKs before the requester looks: the progress of either is kept.
+        rec(&mut e, &mut out, 12, seq);
+        rec(&mut e, &mut out, 12, seq);
+        assert!(matches!(out, Some(Outcome::Resend(true))));
+        // The packets came after all (reordered): the ACK of the whole message wins.
+        assert!(is_ack(rec(&mut e, &mut out, 13, ack)));
+        assert!(matches!(out, Some(Outcome::Ack(_))));
+        // Once answered, nothing replaces the answer.
+        assert!(rec(&mut e, &mut out, 13, acc).is_none());
+        assert!(rec(&mut e, &mut out, 11, seq).is_none());
+        assert!(matches!(out, Some(Outcome::Ack(_))));
     }
 
     #[test]
