@@ -48,8 +48,14 @@ use super::net::ROCE_V2_PORT;
 /// Largest UD payload (the largest path MTU).
 const MAX_UD_PAYLOAD: usize = 4096;
 
-/// Datagrams an inbox holds before it drops (about a millisecond of a fast link).
+/// Datagrams an inbox holds before it drops one carrying data (about a millisecond of a fast
+/// link). One without data (an ACK or a NAK, a READ or atomic request, an atomic's answer:
+/// at most [`SMALL`] bytes) is dropped only at four times as many: each costs little, and a
+/// lost answer costs its requester a retransmission timeout.
 const INBOX_LEN: usize = 256;
+
+/// The largest datagram without data: BTH, AtomicETH and ICRC (an atomic request).
+const SMALL: usize = 64;
 
 /// The UDP source port of a flow between two QPs (rxe hashes the QP numbers into the
 /// dynamic range; any port there interoperates).
@@ -257,7 +263,12 @@ impl Inbox {
         };
         {
             let mut q = self.queue.lock();
-            if q.len() >= INBOX_LEN || q.push(ib, GFP_ATOMIC).is_err() {
+            let room = if ib.raw.len() <= SMALL {
+                4 * INBOX_LEN
+            } else {
+                INBOX_LEN
+            };
+            if q.len() >= room || q.push(ib, GFP_ATOMIC).is_err() {
                 return false;
             }
         }
