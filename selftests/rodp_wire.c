@@ -524,11 +524,29 @@ TEST_F(wire, duplicate_is_acknowledged_and_delivered_once)
 	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
 }
 
+/* A FETCH_ADD of k at psn to qpn on the fixture's MR at offset 64: its original value, or -1. */
+static int64_t fetch_add(struct _test_data_wire *self, uint32_t qpn, uint32_t psn, uint64_t k)
+{
+	struct pkt p, a;
+	uint8_t h[28];
+
+	bth(&p, FETCH_ADD, qpn, psn, 1);
+	put64(h, (uintptr_t)self->buf + 64);
+	put32(h + 8, self->mr->rkey);
+	put64(h + 12, k);
+	put64(h + 20, 0);
+	add(&p, h, 28);
+	if (send_pkt(&self->w, &p, PEER_IP, 0) || recv_pkt(&self->w, &a, 3000) <= 0 ||
+	    a.b[0] != ATOMIC_ACK || pkt_psn(&a) != psn)
+		return -1;
+	return get64(a.b + 16);
+}
+
 TEST_F(wire, write_read_and_atomic_are_served)
 {
 	uint64_t va = (uintptr_t)self->buf;
 	uint32_t rkey = self->mr->rkey;
-	uint8_t data[32], h[28];
+	uint8_t data[32];
 	struct pkt p, a;
 	long dup = cnt("duplicate_request");
 
@@ -558,19 +576,8 @@ TEST_F(wire, write_read_and_atomic_are_served)
 
 	/* FETCH_ADD at PSN 3, then its duplicate: answered from the cache, added once. */
 	*(uint64_t *)(self->buf + 64) = 40;
-	for (int i = 0; i < 2; i++) {
-		bth(&p, FETCH_ADD, self->qp->qp_num, 3, 1);
-		put64(h, va + 64);
-		put32(h + 8, rkey);
-		put64(h + 12, 2);
-		put64(h + 20, 0);
-		add(&p, h, 28);
-		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
-		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
-		EXPECT_EQ(ATOMIC_ACK, a.b[0]);
-		EXPECT_EQ(3, pkt_psn(&a));
-		EXPECT_EQ(40, get64(a.b + 16));
-	}
+	for (int i = 0; i < 2; i++)
+		EXPECT_EQ(40, fetch_add(self, self->qp->qp_num, 3, 2));
 	EXPECT_EQ(42, *(uint64_t *)(self->buf + 64));
 	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
 }
@@ -599,7 +606,6 @@ TEST_F(wire, duplicate_write_is_not_acknowledged_behind_a_read_or_an_atomic)
 	uint64_t va = (uintptr_t)self->buf;
 	long dup = cnt("duplicate_request");
 	struct pkt p, a;
-	uint8_t h[28];
 
 	ASSERT_EQ(0, write_only(self, 0));
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
@@ -610,16 +616,7 @@ TEST_F(wire, duplicate_write_is_not_acknowledged_behind_a_read_or_an_atomic)
 	ASSERT_EQ(0, write_only(self, 0));
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a duplicate behind a READ answered");
 
-	bth(&p, FETCH_ADD, self->qp->qp_num, 2, 1);
-	put64(h, va + 64);
-	put32(h + 8, self->mr->rkey);
-	put64(h + 12, 1);
-	put64(h + 20, 0);
-	add(&p, h, 28);
-	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
-	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
-	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
-	EXPECT_EQ(2, pkt_psn(&a));
+	EXPECT_EQ(0, fetch_add(self, self->qp->qp_num, 2, 1));
 	ASSERT_EQ(0, write_only(self, 0));
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a duplicate behind an atomic answered");
 
@@ -638,24 +635,6 @@ TEST_F(wire, duplicate_write_is_not_acknowledged_behind_a_read_or_an_atomic)
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a first packet's duplicate answered");
 	EXPECT_EQ(dup + 5, cnt("duplicate_request"));
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("an answer too many");
-}
-
-/* A FETCH_ADD of k at psn to qpn on the fixture's MR at offset 64: its original value, or -1. */
-static int64_t fetch_add(struct _test_data_wire *self, uint32_t qpn, uint32_t psn, uint64_t k)
-{
-	struct pkt p, a;
-	uint8_t h[28];
-
-	bth(&p, FETCH_ADD, qpn, psn, 1);
-	put64(h, (uintptr_t)self->buf + 64);
-	put32(h + 8, self->mr->rkey);
-	put64(h + 12, k);
-	put64(h + 20, 0);
-	add(&p, h, 28);
-	if (send_pkt(&self->w, &p, PEER_IP, 0) || recv_pkt(&self->w, &a, 3000) <= 0 ||
-	    a.b[0] != ATOMIC_ACK || pkt_psn(&a) != psn)
-		return -1;
-	return get64(a.b + 16);
 }
 
 /*
