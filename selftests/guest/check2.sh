@@ -20,9 +20,10 @@ run() { timeout 120 "$@"; }
 # addresses over TCP port 18515 before the RDMA traffic. With -c the server checks the first
 # byte of each page of what it received last, and only prints "invalid data in page N" (its
 # exit status stays 0): a rodp server that prints it fails the case. An rxe server with -o
-# prints it for every page when the client is rodp (any size, even one 4 KiB message; not with
-# an rxe client, the case rxe-rxe, nor without -o): an open bug, not understood yet, which
-# this case shows in its log but does not fail on (Documentation/rodp.rst, the wire section).
+# prints it for every page when the client is rodp (messages of several packets, even one of
+# 4 KiB; not with an rxe client, the case rxe-rxe, nor without ODP on the rxe server): an open
+# bug, not understood yet, which this case shows in its log but does not fail on
+# (Documentation/rodp.rst, the wire section).
 verbs() {
 	side=$1 prog=$2
 	shift 2
