@@ -48,13 +48,14 @@ use super::net::ROCE_V2_PORT;
 /// Largest UD payload (the largest path MTU).
 const MAX_UD_PAYLOAD: usize = 4096;
 
-/// Datagrams an inbox holds before it drops one carrying data (about a millisecond of a fast
-/// link). One without data (an ACK or a NAK, a READ or atomic request, an atomic's answer:
-/// at most [`SMALL`] bytes) is dropped only at four times as many: each costs little, and a
-/// lost answer costs its requester a retransmission timeout.
+/// Datagrams an inbox holds before it drops a larger one (about a millisecond of a fast link).
+/// A small one (at most [`SMALL`] bytes: an ACK or a NAK, a READ or atomic request, an
+/// atomic's answer, but also a SEND or WRITE of a few bytes) is dropped only at four times as
+/// many: each costs little, and a lost answer costs its requester a retransmission timeout.
 const INBOX_LEN: usize = 256;
 
-/// The largest datagram without data: BTH, AtomicETH and ICRC (an atomic request).
+/// The size up to which a datagram counts as small: that of the largest without data (BTH,
+/// AtomicETH and ICRC: an atomic request).
 const SMALL: usize = 64;
 
 /// The UDP source port of a flow between two QPs (rxe hashes the QP numbers into the
