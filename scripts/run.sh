@@ -238,23 +238,41 @@ pair() {
 	echo "$limit2" > "$b/limit"
 	loga=$(logname "${task2}a")
 	logb=$(logname "${task2}b")
-	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-	log "booting two guests ($accel) for '$task2', link on 127.0.0.1:$port; serial logs: $loga $logb"
+	# The link: a QEMU socket netdev over TCP (A listens, B connects), or with RODP_PAIR_LINK=udp
+	# (the default of bench2) over UDP, one datagram per frame. TCP carries every frame (no
+	# loss the tests did not make), but Nagle's algorithm holds a small frame while one sent
+	# before it is unacknowledged, until the peer's delayed ACK: a ping-pong in which a side
+	# sends two frames in a row (an RC ACK, then its own message) waits about 20 ms each time.
+	local link=${RODP_PAIR_LINK:-tcp} ports na nb
+	[ "$task2" = bench2 ] && link=${RODP_PAIR_LINK:-udp}
+	ports=$(python3 -c 'import socket, sys
+t = socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM
+s = [socket.socket(socket.AF_INET, t) for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))' "$link")
+	port=${ports% *}
+	if [ "$link" = udp ]; then
+		na="socket,id=n0,udp=127.0.0.1:${ports#* },localaddr=127.0.0.1:$port"
+		nb="socket,id=n0,udp=127.0.0.1:$port,localaddr=127.0.0.1:${ports#* }"
+	else
+		na="socket,id=n0,listen=127.0.0.1:$port"
+		nb="socket,id=n0,connect=127.0.0.1:$port"
+	fi
+	log "booting two guests ($accel) for '$task2', link over $link on 127.0.0.1:$port; serial logs: $loga $logb"
 	# KUnit off: make check's guest A runs the suites; here each load of rodp.ko would.
 	qemu_cmd "$a" 2G "$cpus" off
-	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" \
-		-netdev "socket,id=n0,listen=127.0.0.1:$port" \
+	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" -netdev "$na" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:52:0d:01 </dev/null > "$loga" 2>&1 &
 	pa=$!
 	# B connects once A listens (a probe connection would take A's one accept).
 	for _ in $(seq 100); do
+		[ "$link" = tcp ] || break
 		ss -Hltn "sport = :$port" | grep -q . && break
 		kill -0 $pa 2>/dev/null || break
 		sleep 0.1
 	done
 	qemu_cmd "$b" 2G "$cpus" off
-	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" \
-		-netdev "socket,id=n0,connect=127.0.0.1:$port" \
+	timeout $((limit2 + 120)) "${qemu[@]}" "${accel_args[@]}" -netdev "$nb" \
 		-device virtio-net-pci,netdev=n0,mac=52:54:00:52:0d:02 </dev/null > "$logb" 2>&1 &
 	pb=$!
 	# Once one guest has ended (or its QEMU failed), the other gets 5 minutes more: it finishes
