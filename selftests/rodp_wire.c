@@ -877,12 +877,17 @@ TEST_F(wire, requester_without_answer_retries_and_fails)
  * says the peer took more of it: the retries start afresh (as rxe's do on every answer that
  * moves on), and only NAKs that bring nothing new run them out.
  */
-TEST_F(wire, requester_sequence_naks_further_on_start_the_retries_afresh)
+/*
+ * With retry_cnt 1, sends a SEND of four packets and answers each transmission of it with a
+ * PSN sequence NAK at naks[i] (n of them); then expects RETRY_EXC_ERR, nothing more sent, and
+ * retries more completer_retry_err counted.
+ */
+static void nak_each_send(FIXTURE_DATA(wire) *self, struct __test_metadata *_metadata,
+			  const uint32_t *naks, int n, long retries)
 {
-	static const uint32_t nak_at[] = { 1, 2, 3, 3 };
 	struct rc_opts o = *wire_opts();
 	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
-	long retries = cnt("completer_retry_err"), exceeded = cnt("retry_exceeded_err");
+	long before = cnt("completer_retry_err"), exceeded = cnt("retry_exceeded_err");
 	uint32_t q = self->qp->qp_num;
 	struct ibv_wc wc;
 	struct pkt a;
@@ -892,19 +897,37 @@ TEST_F(wire, requester_sequence_naks_further_on_start_the_retries_afresh)
 	ASSERT_EQ(0, connect_peer(self, &o));
 	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 3 * MTU + 100, self->mr->lkey, 0,
 			       0, 0, 5));
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < n; i++) {
 		EXPECT_REQ(&self->w, &a, SEND_FIRST, 0);
 		EXPECT_REQ(&self->w, &a, SEND_MIDDLE, 1);
 		EXPECT_REQ(&self->w, &a, SEND_MIDDLE, 2);
 		EXPECT_REQ(&self->w, &a, SEND_LAST, 3);
-		ASSERT_EQ(0, answer(&self->w, q, 0x60, nak_at[i]));
+		ASSERT_EQ(0, answer(&self->w, q, 0x60, naks[i]));
 	}
 	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
 	EXPECT_EQ(IBV_WC_RETRY_EXC_ERR, wc.status);
 	EXPECT_EQ(5, wc.wr_id);
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 200)) TH_LOG("sent after failing");
-	EXPECT_EQ(retries + 3, cnt("completer_retry_err"));
+	EXPECT_EQ(before + retries, cnt("completer_retry_err"));
 	EXPECT_EQ(exceeded + 1, cnt("retry_exceeded_err"));
+}
+
+TEST_F(wire, requester_sequence_naks_further_on_start_the_retries_afresh)
+{
+	static const uint32_t nak_at[] = { 1, 2, 3, 3 };
+
+	nak_each_send(self, _metadata, nak_at, 4, 3);
+}
+
+/*
+ * A peer that NAKs further on, then back again, gains nothing: only a PSN beyond the furthest
+ * one NAKed so far is progress, so retries stay bounded by the message's packets.
+ */
+TEST_F(wire, requester_sequence_naks_going_back_are_charged)
+{
+	static const uint32_t nak_at[] = { 3, 1 };
+
+	nak_each_send(self, _metadata, nak_at, 2, 1);
 }
 
 TEST_F(wire, requester_read_lands_in_place)
