@@ -14,6 +14,8 @@
 #   RODP_TESTS2=glob                  the two-guest cases to run (default all)
 #   RODP_REPEAT2=N                    each of those cases N times in a row (default 1)
 #   RODP_PAIR_CPUS=N                  vCPUs of each of the two guests (default 1)
+#   RODP_PAIR_LINK=tcp|udp            their socket link's transport (default tcp for check2,
+#                                     udp for bench2: see pair)
 # The guests' serial logs are kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
 # script's, and for `check` also fails on any kernel splat in a log or a failed test.
 set -euo pipefail
