@@ -171,10 +171,13 @@ impl Odp {
                 let child = if fault {
                     i.child(slot)?
                 } else {
-                    i.children.get(slot).ok_or(UNMAPPED)?
+                    i.children.hold(slot).ok_or(UNMAPPED)?
                 };
                 let r = f(&child, coff, pos, n);
-                if r.is_err() && child.idle() {
+                let idle = r.is_err() && child.idle();
+                // Let go before the reaper may look.
+                drop(child);
+                if idle {
                     // A child made for memory the process does not have: no invalidation will
                     // ever reap it, so the reaper is told now.
                     i.children.schedule_reap();
@@ -191,7 +194,7 @@ impl Odp {
         match (&self.kind, fault) {
             (Kind::Implicit(i), false) => pieces(off, len, |slot, coff, _, n| {
                 i.children
-                    .get(slot)
+                    .hold(slot)
                     .map_or(Ok(()), |c| c.prefetch(coff, n, false, false))
             }),
             _ => self.each(off, len, |u, uoff, _, n| u.prefetch(uoff, n, write, fault)),

@@ -13,10 +13,14 @@ use crate::ib::{
     odp::ImplicitUmemOdp,
     wq,
 };
+use core::ops::Deref;
 use kernel::{
     impl_has_work, new_mutex, new_work,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{Acquire, Relaxed, Release},
+        Arc, Mutex,
+    },
     workqueue::{Work, WorkItem},
     xarray::{AllocKind, XArray},
 };
@@ -70,51 +74,106 @@ impl Children {
         let _ = wq::get().enqueue(self.clone());
     }
 
-    /// The child in `slot`, if any.
-    pub(super) fn get(&self, slot: usize) -> Option<Arc<OdpUmem>> {
-        self.slots.lock().get(slot).map(Arc::from)
+    /// The child in `slot`, if any, held (see [`Held`]).
+    pub(super) fn hold(&self, slot: usize) -> Option<Held> {
+        let slots = self.slots.lock();
+        slots.get(slot).map(|c| Held::new(Arc::from(c)))
     }
 
-    /// The child in `slot`, made by `make` if there is none.
-    fn get_or_make(
-        &self,
-        slot: usize,
-        make: impl FnOnce() -> Result<OdpUmem>,
-    ) -> Result<Arc<OdpUmem>> {
-        if let Some(c) = self.get(slot) {
+    /// The child in `slot`, made by `make` if there is none, held.
+    fn get_or_make(&self, slot: usize, make: impl FnOnce() -> Result<OdpUmem>) -> Result<Held> {
+        if let Some(c) = self.hold(slot) {
             return Ok(c);
         }
         let new = Arc::new(make()?, GFP_KERNEL)?;
         let mut occupied = self.occupied.lock();
-        if let Some(winner) = self.get(slot) {
+        if let Some(winner) = self.hold(slot) {
             drop(occupied);
             // `new` is released here, outside the locks (the release may sleep).
             return Ok(winner);
         }
         occupied.reserve(1, GFP_KERNEL)?;
-        self.slots.lock().store(slot, new.clone(), GFP_KERNEL)?;
+        // Held before the reaper can see it: a new child is idle until its first fault.
+        let held = Held::new(new.clone());
+        self.slots.lock().store(slot, new, GFP_KERNEL)?;
         occupied.push_within_capacity(slot).map_err(|_| ENOMEM)?;
-        Ok(new)
+        Ok(held)
     }
 
-    /// Removes the children without mapped pages, or all of them with `all`. A child an
-    /// access is using stays alive (on the access's reference) until the access ends.
+    /// Removes the children without mapped pages that no access holds, or all of them with
+    /// `all`. A child an access is using stays alive (on the access's reference) until the
+    /// access ends.
     fn reap(&self, all: bool) {
         let mut occupied = self.occupied.lock();
         occupied.retain(|slot| {
-            let keep = !all && self.get(*slot).is_some_and(|c| !c.idle());
-            if !keep {
-                // Released outside the XArray's lock; the occupied lock may sleep.
-                let child = self.slots.lock().remove(*slot);
-                drop(child);
-            }
-            keep
+            let child = if all {
+                self.slots.lock().remove(*slot)
+            } else {
+                let found = {
+                    let slots = self.slots.lock();
+                    slots.get(*slot).map(|c| {
+                        let (users, holds) = (c.users.load(Acquire), c.holds.load(Relaxed));
+                        (Arc::from(c), users, holds)
+                    })
+                };
+                let Some((c, users, holds)) = found else {
+                    return false;
+                };
+                // Held now: it may be faulting (and a new child has no page until then).
+                if users != 0 {
+                    return true;
+                }
+                // `idle` takes the umem's mutex: not under the XArray's spinlock. A hold that
+                // ended before `users` was read mapped its pages before, and `idle` sees them.
+                if !c.idle() {
+                    return true;
+                }
+                let mut slots = self.slots.lock();
+                // A hold begun since: it may have mapped pages after `idle` looked.
+                if c.users.load(Acquire) != 0 || c.holds.load(Relaxed) != holds {
+                    return true;
+                }
+                slots.remove(*slot)
+            };
+            // Released outside the XArray's lock; the occupied lock may sleep.
+            drop(child);
+            false
         });
     }
 
     /// Number of children.
     fn len(&self) -> usize {
         self.occupied.lock().len()
+    }
+}
+
+/// A child held by an access, which may fault pages into it: the reaper does not remove it
+/// meanwhile. (A child is idle from when it is made until its first fault has mapped a page;
+/// a reaper that removed it then would leave that fault's pages in a child nobody finds, and
+/// the next access would make and fault another.)
+pub(crate) struct Held(Arc<OdpUmem>);
+
+impl Held {
+    /// Counts the hold; under the XArray's lock, or before the child is stored there.
+    fn new(c: Arc<OdpUmem>) -> Self {
+        c.users.fetch_add(1, Relaxed);
+        c.holds.fetch_add(1, Relaxed);
+        Held(c)
+    }
+}
+
+impl Deref for Held {
+    type Target = OdpUmem;
+
+    fn deref(&self) -> &OdpUmem {
+        &self.0
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Its pages were mapped before: a reaper that reads 0 sees them.
+        self.0.users.fetch_sub(1, Release);
     }
 }
 
@@ -150,8 +209,8 @@ impl ImplicitOdp {
         self.root.va_end()
     }
 
-    /// The child covering `slot`, made on first use.
-    pub(super) fn child(&self, slot: usize) -> Result<Arc<OdpUmem>> {
+    /// The child covering `slot`, made on first use, held.
+    pub(super) fn child(&self, slot: usize) -> Result<Held> {
         self.children.get_or_make(slot, || {
             OdpUmem::child(
                 &self.root,

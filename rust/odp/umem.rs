@@ -18,7 +18,11 @@ use crate::{
     },
     mem::{copy_pages, Pages},
 };
-use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
+use kernel::{
+    page::PAGE_SIZE,
+    prelude::*,
+    sync::{atomic::Atomic, Arc},
+};
 
 /// An ODP registration of user memory: an explicit MR's, or one child of an implicit MR.
 pub(crate) struct OdpUmem {
@@ -27,6 +31,10 @@ pub(crate) struct OdpUmem {
     lead: usize,
     /// Whether the pages may be mapped writable.
     writable: bool,
+    /// An implicit MR's child: the accesses holding it now ([`super::implicit::Held`]), and
+    /// those ever begun, which the reaper reads to keep a child an access may be faulting.
+    pub(super) users: Atomic<u32>,
+    pub(super) holds: Atomic<u64>,
 }
 
 impl OdpUmem {
@@ -47,6 +55,8 @@ impl OdpUmem {
             umem: UmemOdp::get(dev, addr, len, access, state, 0)?,
             lead: addr as usize % PAGE_SIZE,
             writable: super::writable(access),
+            users: Atomic::new(0),
+            holds: Atomic::new(0),
         })
     }
 
@@ -67,6 +77,8 @@ impl OdpUmem {
             umem: root.alloc_child(addr, len, state, 0)?,
             lead: addr as usize % PAGE_SIZE,
             writable,
+            users: Atomic::new(0),
+            holds: Atomic::new(0),
         })
     }
 
