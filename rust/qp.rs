@@ -124,8 +124,8 @@ pub(crate) struct SendSide {
     pub(crate) scratch: Scratch,
     /// The RNR or retransmission timer the WQE at the head waits for; dropping it cancels it.
     pub(crate) backoff: Option<ArcHrTimerHandle<QpShared>>,
-    /// The WQE at the head waits for a responder's fault (`Reply::Wait`): the retransmission
-    /// timer bounds the wait, the fault's end runs it earlier.
+    /// The WQE at the head waits for a responder's fault (`Reply::Wait`): an RNR timer (RC)
+    /// or the retransmission timer (UC) bounds the wait, the fault's end runs it earlier.
     pub(crate) waiting: bool,
     /// What the WQE at the head knows of that fault (reset per WQE).
     pub(crate) ticket: Cell<Ticket>,

@@ -38,8 +38,9 @@
  * the victim's datagram to it is lost (its send completes), and the victim's next datagram, to an
  * honest receiver, is delivered within seconds.
  *
- * stalled_fuse_target_times_out: a victim QP with a short transport timer waiting for the
- * attacker's stalled fault gets RETRY_EXC_ERR after about retry_cnt periods of it.
+ * stalled_fuse_target_runs_out_of_rnr_retries: a victim QP with rnr_retry 3 waiting for the
+ * attacker's stalled fault gets RNR_RETRY_EXC_ERR after 3 RNR retries (as on the wire, where
+ * the faulting responder answers with RNR NAKs).
  *
  * stalled_faults_of_many_qps: an attacker's 1056 QPs each fault a page of the stalled file from
  * their own requester (more than the 1024 work items the engine's workqueue runs at once); one
@@ -1029,21 +1030,34 @@ TEST_F_TIMEOUT(fault, stalled_fuse_ud_target, 300)
 	ibv_destroy_ah(ah);
 }
 
+static long counter(const char *name)
+{
+	/* ib_core serves a value read within a jiffy of the last one from its cache. */
+	usleep(50 * 1000);
+	return hw_counter("rodp0", name);
+}
+
 /*
- * stalled_fuse_target_times_out: a victim whose QP has a short transport timer (timeout 12,
- * 16.8 ms; retry_cnt 3) WRITEs into the attacker's memory over the stalled FUSE file: waiting
- * for the attacker's fault is bounded like a message with no answer, the WQE completes with
- * RETRY_EXC_ERR after about retry_cnt timer periods while the fault still waits.
+ * stalled_fuse_target_runs_out_of_rnr_retries: a victim whose QP has rnr_retry 3 WRITEs into
+ * the attacker's memory over the stalled FUSE file: waiting for the attacker's fault is an RNR
+ * wait, as the RNR NAK a responder on another host answers while it faults; the WQE completes
+ * with RNR_RETRY_EXC_ERR after rnr_retry RNR retries (each at least 1 ms, whatever the
+ * attacker's min_rnr_timer) while the fault still waits, counted as 4 RNR NAKs received, one
+ * RNR retry exceeded and no transport retry exceeded.
  */
-TEST_F_TIMEOUT(fault, stalled_fuse_target_times_out, 300)
+TEST_F_TIMEOUT(fault, stalled_fuse_target_runs_out_of_rnr_retries, 300)
 {
 	struct rc_opts opts = rc_default;
+	long rnr = counter("rcvd_rnr_err"), rnr_exc = counter("retry_rnr_exceeded_err");
+	long exc = counter("retry_exceeded_err");
 	struct ibv_wc wc;
 	int status;
 	long t0, ms;
 
-	opts.timeout = 12;
-	opts.retry_cnt = 3;
+	/* The transport timer and its retries do not bound this wait. */
+	opts.timeout = 1;
+	opts.retry_cnt = 0;
+	opts.rnr_retry = 3;
 	self->buf = mmap(NULL, FSIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, self->buf);
 	self->mr = ibv_reg_mr(self->d.pd, self->buf, FSIZE, ALL_ACCESS);
@@ -1085,10 +1099,13 @@ TEST_F_TIMEOUT(fault, stalled_fuse_target_times_out, 300)
 			       self->sh->taddr, self->sh->trkey, 0, 1));
 	ASSERT_EQ(1, poll1(self->cq, &wc, 3 * STALL_MS)) TH_LOG("the wait is not bounded");
 	ms = now_ms() - t0;
-	EXPECT_EQ(IBV_WC_RETRY_EXC_ERR, wc.status);
-	/* 3 expiries of 16.8 ms, with room for a slow emulated guest. */
-	EXPECT_LE(40, ms);
+	EXPECT_EQ(IBV_WC_RNR_RETRY_EXC_ERR, wc.status);
+	/* 3 RNR timers of at least 1 ms, with room for a slow emulated guest. */
+	EXPECT_LE(3, ms);
 	EXPECT_GT(STALL_MS / 2, ms) TH_LOG("took %ld ms", ms);
+	EXPECT_EQ(rnr + 4, counter("rcvd_rnr_err"));
+	EXPECT_EQ(rnr_exc + 1, counter("retry_rnr_exceeded_err"));
+	EXPECT_EQ(exc, counter("retry_exceeded_err"));
 	/* What it waited for: the attacker's fault, held by the daemon. */
 	t0 = now_ms();
 	while (!pending(&self->dm) && now_ms() - t0 < 30000)

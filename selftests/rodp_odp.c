@@ -248,6 +248,37 @@ TEST_F_TIMEOUT(odp, a_responder_discarding_its_pages_does_not_hold_a_write_for_e
 	EXPECT_LT(0, n);
 }
 
+/*
+ * Waiting for the responder's fault is an RNR wait, as on the wire (where a faulting responder
+ * answers with an RNR NAK): rnr_retry bounds it, not retry_cnt. With retry_cnt 0 and the
+ * shortest transport timer a WRITE into never-touched ODP memory succeeds, having counted RNR
+ * NAKs received; with rnr_retry 0 the first wait ends it in IBV_WC_RNR_RETRY_EXC_ERR.
+ */
+TEST_F(odp, a_responder_fault_is_waited_for_as_an_rnr_nak)
+{
+	long rnr = counter("rcvd_rnr_err"), rnr_exc = counter("retry_rnr_exceeded_err");
+	long exc = counter("retry_exceeded_err");
+
+	self->rc.o.timeout = 1;
+	self->rc.o.retry_cnt = 0;
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	fill(self->pin, 4 * PAGE, 3);
+	EXPECT_EQ(IBV_WC_SUCCESS, rdma(self, IBV_WR_RDMA_WRITE, 0, 4 * PAGE));
+	EXPECT_EQ(0, memcmp(self->pin, self->odp, 4 * PAGE));
+	EXPECT_LE(rnr + 1, counter("rcvd_rnr_err"));
+	EXPECT_EQ(exc, counter("retry_exceeded_err"));
+	EXPECT_EQ(rnr_exc, counter("retry_rnr_exceeded_err"));
+
+	self->rc.o.rnr_retry = 0;
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	rnr = counter("rcvd_rnr_err");
+	fill(self->pin + 8 * PAGE, PAGE, 4);
+	EXPECT_EQ(IBV_WC_RNR_RETRY_EXC_ERR, rdma(self, IBV_WR_RDMA_WRITE, 8 * PAGE, PAGE));
+	EXPECT_EQ(rnr + 1, counter("rcvd_rnr_err"));
+	EXPECT_EQ(rnr_exc + 1, counter("retry_rnr_exceeded_err"));
+	EXPECT_EQ(exc, counter("retry_exceeded_err"));
+}
+
 TEST_F(odp, send_recv_read_atomic_through_odp)
 {
 	uint64_t *word = (uint64_t *)(self->odp + 8 * PAGE);

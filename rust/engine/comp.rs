@@ -35,6 +35,12 @@ const RNR_US: [u32; 32] = [
     327_680, 491_520,
 ];
 
+/// The shortest RNR timer of a wait for a responder's fault, in microseconds. The fault's end
+/// runs the waiting WQE at once; its timer only counts the RNR retries (and would catch a lost
+/// wake-up), so it need not run the requester every 10 us for as long as a stalled fault lasts
+/// (for ever with `rnr_retry` 7).
+const FAULT_RETRY_US: u32 = 1000;
+
 /// What executing a WQE came to.
 pub(super) enum Exec {
     /// Complete with a status; `byte_len` for reads and atomics.
@@ -44,9 +50,11 @@ pub(super) enum Exec {
     /// No answer: retry later.
     NoAnswer,
     /// The responder faults its own memory in: run again when its fault work schedules this
-    /// QP, or when the retransmission timer fires, which bounds the wait for one fault as for
-    /// a message with no answer (each expiry is a retry).
-    Wait,
+    /// QP, or when a timer fires. RC waits as for the RNR NAK a responder on another host
+    /// answers while it faults (`Some` of the responder's RNR timer code): each expiry is an
+    /// RNR retry, so `rnr_retry` bounds the wait for one fault (7: no bound) exactly as on the
+    /// wire. UC (`None`) has no RNR: the transport timer bounds it.
+    Wait(Option<u8>),
     /// Sent to a peer on another host (again, after a timer or a PSN sequence NAK): run when
     /// its answer arrives, or when the retransmission timer, armed afresh, fires.
     Sent,
@@ -122,14 +130,16 @@ pub(super) fn complete(
         }
         _ => {}
     }
-    let waited = core::mem::replace(&mut sq.waiting, matches!(exec, Exec::Wait));
-    if let Exec::Wait = exec {
+    let waited_for_fault = matches!(exec, Exec::Wait(_));
+    let waited = core::mem::replace(&mut sq.waiting, waited_for_fault);
+    if waited_for_fault {
         // Waiting for another fault than before (the last one ended): the timer and the retries
         // start again; only a wait without progress runs out of them. `fault::ROUNDS` bounds
         // the faults.
         let seq = sq.ticket.get().seq();
         if core::mem::replace(&mut sq.wait_seq, seq) != seq {
             sq.retry_left = None;
+            sq.rnr_left = None;
             sq.backoff = None;
         } else if waited && sq.backoff.is_some() {
             // Run early (a doorbell) while the timer runs: wait on, counting nothing.
@@ -138,7 +148,7 @@ pub(super) fn complete(
     }
     let (status, byte_len) = match exec {
         Exec::Done(s, l) => (s, l),
-        Exec::Rnr(timer) => {
+        Exec::Rnr(timer) | Exec::Wait(Some(timer)) => {
             stats.inc(Counter::RcvdRnrErr);
             let left = sq.rnr_left.get_or_insert(a.rnr_retry);
             if *left == 0 {
@@ -149,12 +159,15 @@ pub(super) fn complete(
                 if *left != 7 {
                     *left -= 1;
                 }
-                let us = RNR_US[usize::from(timer & 31)];
+                let mut us = RNR_US[usize::from(timer & 31)];
+                if waited_for_fault {
+                    us = us.max(FAULT_RETRY_US);
+                }
                 backoff(qp, &mut sq, Delta::from_micros(us.into()));
                 return false;
             }
         }
-        Exec::NoAnswer | Exec::Wait | Exec::Sent | Exec::Pending | Exec::Defer => {
+        Exec::NoAnswer | Exec::Wait(None) | Exec::Sent | Exec::Pending | Exec::Defer => {
             let left = sq.retry_left.get_or_insert(a.retry_cnt);
             if *left == 0 && a.timeout != 0 {
                 stats.inc(Counter::RetryExceededErr);

@@ -57,7 +57,7 @@ pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
     let Some(_worker) = share::enter(qp, Job::Requester) else {
         return;
     };
-    run(qp, true);
+    run(qp, true, BYTE_BUDGET);
 }
 
 /// Runs a QP's send queue in the caller, a user's doorbell (`ibv_post_send`): the process that
@@ -66,17 +66,31 @@ pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
 /// CQ on the same CPU). It never waits for the send queue: when another holds it (its worker,
 /// which may be faulting memory in), or when the budget is used, the worker is scheduled.
 pub(crate) fn run_send_queue_now(qp: &Arc<QpShared>) {
-    run(qp, false);
+    run(qp, false, BYTE_BUDGET);
 }
 
-/// Runs the send queue up to the budget, waiting for its lock (`wait`) or not.
-fn run(qp: &Arc<QpShared>, wait: bool) {
+/// Bytes a run from the inbox work moves before it leaves the rest to the QP's worker.
+const ANSWERED_BYTE_BUDGET: usize = 64 << 10;
+
+/// Runs a QP's send queue from the device's inbox work, which just took the answer the WQE at
+/// its head waited for (rxe's completer task does this part): the WQE completes at once
+/// rather than once the QP's worker is scheduled (a wait of its own for every answer), and
+/// the messages the answer let through start. As a doorbell's, the run never waits for the
+/// send queue nor faults memory in; past [`ANSWERED_BYTE_BUDGET`] it leaves the rest to the
+/// worker, so the inbox's other packets do not wait long behind it.
+pub(super) fn run_answered(qp: &Arc<QpShared>) {
+    run(qp, false, ANSWERED_BYTE_BUDGET);
+}
+
+/// Runs the send queue up to the budget (of WQEs, and of `bytes`), waiting for its lock
+/// (`wait`) or not.
+fn run(qp: &Arc<QpShared>, wait: bool, bytes: usize) {
     let mut moved = 0;
     for _ in 0..BUDGET {
         if !step(qp, &mut moved, wait) {
             return;
         }
-        if moved >= BYTE_BUDGET {
+        if moved >= bytes {
             break;
         }
     }
@@ -499,7 +513,8 @@ fn execute(
                                 qp.tables.stats.inc(Counter::RdmaSends);
                             }
                         }
-                        finish(qp, op, r, segs, len)
+                        // A peer on another host answers a fault with an RNR NAK, never a wait.
+                        finish(qp, op, r, segs, len, 0)
                     }
                     rc::Step::Exec(e) => {
                         if let Exec::Sent = e {
@@ -522,17 +537,26 @@ fn execute(
     if let Reply::Ack(_) = reply {
         account(qp, &dest, op, len, netdev::ib_mtu_bytes(a.path_mtu));
     }
-    finish(qp, op, reply, segs, len)
+    let rnr_timer = dest.min_rnr_timer.load(Acquire) as u8;
+    finish(qp, op, reply, segs, len, rnr_timer)
 }
 
 /// The completion (or retry) the answer `reply` to the WQE `op` of `len` bytes comes to;
-/// an atomic's original value goes into `segs`.
-fn finish(qp: &QpShared, op: WrOpcode, reply: Reply, segs: &[Seg], len: usize) -> Exec {
+/// an atomic's original value goes into `segs`. `rnr_timer` is the responder's RNR timer
+/// code, for a wait for its fault.
+fn finish(
+    qp: &QpShared,
+    op: WrOpcode,
+    reply: Reply,
+    segs: &[Seg],
+    len: usize,
+    rnr_timer: u8,
+) -> Exec {
     if qp.qp_type == QpType::Uc {
         return match reply {
             // The responder's own page is faulted in: the message waits for it, as RC's does
             // (on one host nothing is lost meanwhile).
-            Reply::Wait => Exec::Wait,
+            Reply::Wait => Exec::Wait(None),
             // `deliver_mapped` answers it.
             Reply::Retry => Exec::Done(WcStatus::LocProtErr, 0),
             // Taken or dropped by the responder: UC has no answers.
@@ -559,7 +583,8 @@ fn finish(qp: &QpShared, op: WrOpcode, reply: Reply, segs: &[Seg], len: usize) -
         // the next one): an unreliable datagram may be lost, and a receiver must not hold up
         // its sender's queue, which serves every destination.
         Reply::Drop | Reply::Wait if qp.qp_type.is_ud() => Exec::Done(WcStatus::Success, 0),
-        Reply::Wait => Exec::Wait,
+        // As the RNR NAK with the responder's timer that its fault would answer on the wire.
+        Reply::Wait => Exec::Wait(Some(rnr_timer)),
         Reply::Drop => Exec::NoAnswer,
         // `deliver_mapped` answers it.
         Reply::Retry => Exec::Done(WcStatus::LocProtErr, 0),
