@@ -1015,7 +1015,7 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
         }
     };
     if let Some(Some(_)) = taken {
-        qp.kick();
+        super::req::run_answered(qp);
     }
     taken.is_some()
 }
