@@ -16,6 +16,8 @@
 #   RODP_PAIR_CPUS=N                  vCPUs of each of the two guests (default 1)
 #   RODP_PAIR_LINK=tcp|udp            their socket link's transport (default tcp for check2,
 #                                     udp for bench2: see pair)
+#   RODP_ROOTFS=image                 the guests' root filesystem instead of the one
+#                                     scripts/rootfs.sh builds (one with perf, say)
 # The guests' serial logs are kept in $RODP_CACHE/logs/<name>.log; the exit status is the guest
 # script's, and for `check` also fails on any kernel splat in a log or a failed test.
 set -euo pipefail
@@ -55,7 +57,7 @@ t0=$(date +%s)
 kdir=$("$RODP_TOP/scripts/kernel.sh" $flavor)
 printf 'host: kernel\t%s\n' "$(since "$t0")" >> "$times"
 t0=$(date +%s)
-rootfs=$("$RODP_TOP/scripts/rootfs.sh")
+rootfs=${RODP_ROOTFS:-$("$RODP_TOP/scripts/rootfs.sh")}
 printf 'host: rootfs\t%s\n' "$(since "$t0")" >> "$times"
 if [ $flavor = test ]; then
 	timed "make modules" make -s -C "$RODP_TOP" KDIR="$kdir" modules >&2

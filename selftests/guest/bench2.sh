@@ -13,10 +13,11 @@
 # it leaves the CPU to the driver at once, so these figures measure the drivers more than the
 # scheduler. perftest has no events for WRITE nor with -D, so these run a fixed count (-n).
 . /mnt/rodp/pair.sh
-cases="ib_write_bw:65536 ib_read_bw:65536 ib_send_bw:65536 ib_write_bw:4096 ib_atomic_bw:8
-ib_read_bw:65536:e ib_send_bw:65536:e ib_atomic_bw:8:e
-ib_write_lat:8 ib_read_lat:8 ib_send_lat:8 ib_read_lat:8:e ib_send_lat:8:e"
-pairs="rxe:rxe rodp:rodp rodp:rxe"
+# RODP_BENCH_CASES and RODP_BENCH_PAIRS (space-separated, same forms) run a subset.
+cases=${RODP_BENCH_CASES:-"ib_write_bw:65536 ib_read_bw:65536 ib_send_bw:65536 ib_write_bw:4096
+ib_atomic_bw:8 ib_read_bw:65536:e ib_send_bw:65536:e ib_atomic_bw:8:e
+ib_write_lat:8 ib_read_lat:8 ib_send_lat:8 ib_read_lat:8:e ib_send_lat:8:e"}
+pairs=${RODP_BENCH_PAIRS:-"rxe:rxe rodp:rodp rodp:rxe"}
 
 # pkts: the device's sent + received packet counters.
 pkts() {
@@ -43,6 +44,19 @@ client() {
 	grep -q . /tmp/bench.c && sed 's/^/# client: /' /tmp/bench.c >&2
 }
 
+prof_start() {
+	command -v perf > /dev/null || return 0
+	echo 0 > /proc/sys/kernel/kptr_restrict
+	echo -1 > /proc/sys/kernel/perf_event_paranoid
+	perf record -a -F 499 -o /tmp/perf.data -- sleep 4 > /dev/null 2>&1 &
+	ppid=$!
+}
+prof_end() {
+	command -v perf > /dev/null || return 0
+	wait $ppid
+	perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym --percent-limit 0.7 2>/dev/null |
+		grep -v '^$' | grep -v '^#' | head -45 | sed "s/^/# perf $1 $role: /"
+}
 : > "$res/bench2.raw"
 n=0
 for p in $pairs; do
@@ -73,13 +87,17 @@ for p in $pairs; do
 				sleep 0.2
 			done
 			sync_peer "ready $n" > /dev/null || exit 1
+			prof_start
 			wait $spid || sed 's/^/# server: /' /tmp/bench.s
+			prof_end "$p $c"
 			fig=$(sync_peer "done $n") || exit 1
 			echo "$p $c $fig" | tee -a "$res/bench2.raw"
 		else
 			sync_peer "ready $n" > /dev/null || exit 1
+			prof_start
 			# shellcheck disable=SC2086
 			fig=$(client "$prog" $args 2> /tmp/bench.log)
+			prof_end "$p $c"
 			sync_peer "done $n" "$fig" > /dev/null || exit 1
 			case $fig in n/a*) cat /tmp/bench.log ;; esac
 		fi
