@@ -1015,7 +1015,7 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
         }
     };
     if let Some(Some(_)) = taken {
-        super::req::run_answered(qp);
+        qp.kick();
     }
     taken.is_some()
 }

@@ -69,19 +69,6 @@ pub(crate) fn run_send_queue_now(qp: &Arc<QpShared>) {
     run(qp, false, BYTE_BUDGET);
 }
 
-/// Bytes a run from the inbox work moves before it leaves the rest to the QP's worker.
-const ANSWERED_BYTE_BUDGET: usize = 64 << 10;
-
-/// Runs a QP's send queue from the device's inbox work, which just took the answer the WQE at
-/// its head waited for (rxe's completer task does this part): the WQE completes at once
-/// rather than once the QP's worker is scheduled (a wait of its own for every answer), and
-/// the messages the answer let through start. As a doorbell's, the run never waits for the
-/// send queue nor faults memory in; past [`ANSWERED_BYTE_BUDGET`] it leaves the rest to the
-/// worker, so the inbox's other packets do not wait long behind it.
-pub(super) fn run_answered(qp: &Arc<QpShared>) {
-    run(qp, false, ANSWERED_BYTE_BUDGET);
-}
-
 /// Runs the send queue up to the budget (of WQEs, and of `bytes`), waiting for its lock
 /// (`wait`) or not.
 fn run(qp: &Arc<QpShared>, wait: bool, bytes: usize) {
