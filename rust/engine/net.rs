@@ -49,15 +49,20 @@ pub(crate) struct Receivers {
 
 impl Receiver for Receivers {
     fn receive(&self, pkt: &Packet<'_>) {
-        let devs = self.devs.lock();
-        let dev = devs
-            .iter()
-            .find(|m| m.ifindex == pkt.ifindex())
-            .or_else(|| devs.iter().find(|m| m.ifindex == pkt.lower_ifindex()));
-        if let Some(m) = dev {
-            m.tables.stats.inc(Counter::RcvdPkts);
-            if pkt.payload().len() > MAX_DATAGRAM || !m.inbox.receive(pkt) {
-                m.tables.stats.inc(Counter::RcvdDroppedPkts);
+        // Only the lookup holds the interrupt-safe lock: the packet's checks (its ICRC over the
+        // whole datagram) and its copy run with interrupts on. A device whose binding goes
+        // meanwhile may still get it: its inbox and tables live on in these references.
+        let dev = {
+            let devs = self.devs.lock();
+            devs.iter()
+                .find(|m| m.ifindex == pkt.ifindex())
+                .or_else(|| devs.iter().find(|m| m.ifindex == pkt.lower_ifindex()))
+                .map(|m| (m.tables.clone(), m.inbox.clone()))
+        };
+        if let Some((tables, inbox)) = dev {
+            tables.stats.inc(Counter::RcvdPkts);
+            if pkt.payload().len() > MAX_DATAGRAM || !inbox.receive(pkt) {
+                tables.stats.inc(Counter::RcvdDroppedPkts);
             }
         }
     }

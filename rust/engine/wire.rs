@@ -279,16 +279,26 @@ impl Inbox {
 
     /// Delivers every queued datagram to its QP's responder.
     fn deliver(self: &Arc<Self>) {
+        // The queue gets back the buffer of the batch just delivered (up to `INBOX_LEN`
+        // entries): the softirq then appends without reallocating the queue, which it does
+        // with interrupts off.
+        let mut spare = KVec::new();
         loop {
-            let batch = core::mem::take(&mut *self.queue.lock());
+            let mut batch = core::mem::replace(&mut *self.queue.lock(), spare);
             if batch.is_empty() {
                 return;
             }
-            for ib in batch {
-                if !self.deliver_one(&ib) {
+            for ib in batch.iter() {
+                if !self.deliver_one(ib) {
                     self.tables.stats.inc(Counter::RcvdDroppedPkts);
                 }
             }
+            batch.clear();
+            spare = if batch.capacity() <= INBOX_LEN {
+                batch
+            } else {
+                KVec::new()
+            };
         }
     }
 
