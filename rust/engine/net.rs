@@ -23,7 +23,7 @@ use crate::{
 use kernel::{
     new_spinlock_irq,
     prelude::*,
-    sync::{Arc, SpinLockIrq},
+    sync::{rcu::synchronize_rcu, Arc, SpinLockIrq},
 };
 
 /// The IANA port of RoCEv2.
@@ -120,6 +120,9 @@ impl Drop for Binding {
                 .position(|m| m.ifindex == self.ifindex && Arc::ptr_eq(&m.tables, &self.tables))
                 .and_then(|i| devs.remove(i).ok())
         };
+        // A receive that found the member before it went holds references to its inbox and
+        // tables until it returns (under RCU): the last ones go here, in process context.
+        synchronize_rcu();
         // Dropped outside the interrupt-safe lock; the tunnel handle goes next.
         drop(removed);
     }

@@ -18,7 +18,7 @@ use kernel::{
     impl_has_work, new_mutex, new_work,
     prelude::*,
     sync::{
-        atomic::{Acquire, Relaxed, Release},
+        atomic::{Acquire, Full, Relaxed},
         Arc, Mutex,
     },
     workqueue::{Work, WorkItem},
@@ -121,7 +121,7 @@ impl Children {
                 };
                 // Held now: it may be faulting (and a new child has no page until then).
                 if users != 0 {
-                    return true;
+                    return c.keep_for_hold();
                 }
                 // `idle` takes the umem's mutex: not under the XArray's spinlock. A hold that
                 // ended before `users` was read mapped its pages before, and `idle` sees them.
@@ -131,7 +131,8 @@ impl Children {
                 let mut slots = self.slots.lock();
                 // A hold begun since: it may have mapped pages after `idle` looked.
                 if c.users.load(Acquire) != 0 || c.holds.load(Relaxed) != holds {
-                    return true;
+                    drop(slots);
+                    return c.keep_for_hold();
                 }
                 slots.remove(*slot)
             };
@@ -172,8 +173,29 @@ impl Deref for Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        // Its pages were mapped before: a reaper that reads 0 sees them.
-        self.0.users.fetch_sub(1, Release);
+        // Its pages were mapped before: a reaper that reads 0 sees them. The last hold of a
+        // child the reaper passed over queues it again (the child may be idle now).
+        if self.0.users.fetch_sub(1, Full) == 1 && self.0.reap_wanted.xchg(false, Full) {
+            if let Some(p) = self.0.parent() {
+                p.schedule_reap();
+            }
+        }
+    }
+}
+
+impl OdpUmem {
+    /// The reaper keeps this child for a hold; the end of the last hold queues it again.
+    /// Returns `true` (kept).
+    fn keep_for_hold(&self) -> bool {
+        self.reap_wanted.xchg(true, Full);
+        // The hold ended before the flag was seen: queue the reaper now (it runs again after
+        // this run, which is under way).
+        if self.users.load(Acquire) == 0 && self.reap_wanted.xchg(false, Full) {
+            if let Some(p) = self.parent() {
+                p.schedule_reap();
+            }
+        }
+        true
     }
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct OdpUmem {
     /// those ever begun, which the reaper reads to keep a child an access may be faulting.
     pub(super) users: Atomic<u32>,
     pub(super) holds: Atomic<u64>,
+    /// The reaper passed it over for a hold: the last hold's end queues the reaper again.
+    pub(super) reap_wanted: Atomic<bool>,
 }
 
 impl OdpUmem {
@@ -57,6 +59,7 @@ impl OdpUmem {
             writable: super::writable(access),
             users: Atomic::new(0),
             holds: Atomic::new(0),
+            reap_wanted: Atomic::new(false),
         })
     }
 
@@ -79,7 +82,13 @@ impl OdpUmem {
             writable,
             users: Atomic::new(0),
             holds: Atomic::new(0),
+            reap_wanted: Atomic::new(false),
         })
+    }
+
+    /// The implicit MR's children this child belongs to.
+    pub(super) fn parent(&self) -> Option<&Arc<Children>> {
+        self.umem.data().parent.as_ref()
     }
 
     fn lock(&self) -> Locked<'_, State> {
