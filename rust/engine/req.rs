@@ -57,7 +57,7 @@ pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
     let Some(_worker) = share::enter(qp, Job::Requester) else {
         return;
     };
-    run(qp, true, BYTE_BUDGET);
+    run(qp, true);
 }
 
 /// Runs a QP's send queue in the caller, a user's doorbell (`ibv_post_send`): the process that
@@ -66,18 +66,17 @@ pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
 /// CQ on the same CPU). It never waits for the send queue: when another holds it (its worker,
 /// which may be faulting memory in), or when the budget is used, the worker is scheduled.
 pub(crate) fn run_send_queue_now(qp: &Arc<QpShared>) {
-    run(qp, false, BYTE_BUDGET);
+    run(qp, false);
 }
 
-/// Runs the send queue up to the budget (of WQEs, and of `bytes`), waiting for its lock
-/// (`wait`) or not.
-fn run(qp: &Arc<QpShared>, wait: bool, bytes: usize) {
+/// Runs the send queue up to the budget, waiting for its lock (`wait`) or not.
+fn run(qp: &Arc<QpShared>, wait: bool) {
     let mut moved = 0;
     for _ in 0..BUDGET {
         if !step(qp, &mut moved, wait) {
             return;
         }
-        if moved >= bytes {
+        if moved >= BYTE_BUDGET {
             break;
         }
     }
