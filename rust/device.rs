@@ -220,7 +220,8 @@ impl ib::Driver for Rodp {
                 | device_cap::MEM_WINDOW
                 | device_cap::MEM_WINDOW_TYPE_2B
                 | device_cap::FLUSH_GLOBAL
-                | device_cap::ATOMIC_WRITE,
+                | device_cap::ATOMIC_WRITE
+                | device_cap::MEM_MGT_EXTENSIONS,
             max_qp: qp::MAX_QP,
             max_qp_wr: qp::MAX_QP_WR,
             max_sge: qp::MAX_SGE,
@@ -237,6 +238,7 @@ impl ib::Driver for Rodp {
             max_srq_sge: srq::MAX_SRQ_SGE,
             max_ah: ah::MAX_AH,
             atomic_hca: true,
+            max_fast_reg_page_list_len: mr::fast::MAX_PAGES,
             max_mcast_grp: mcast::MAX_GROUPS,
             max_mcast_qp_attach: mcast::MAX_QP_ATTACH,
             max_total_mcast_qp_attach: mcast::MAX_TOTAL_ATTACH,
@@ -371,6 +373,18 @@ impl ib::Driver for Rodp {
         mr::Mr::dma(dev, pd, access)
     }
 
+    fn alloc_mr(dev: &Device, pd: &Pd, max_pages: u32) -> Result<(mr::Mr, u32)> {
+        mr::Mr::fast(dev, pd, max_pages)
+    }
+
+    fn map_mr_start(mr: &mr::Mr, page_size: u32) -> Result {
+        mr.map_start(page_size)
+    }
+
+    fn map_mr_page(mr: &mr::Mr, addr: u64) -> Result {
+        mr.map_page(addr)
+    }
+
     fn dereg_mr(mr: &mr::Mr) -> Result {
         mr.deregister()
     }
@@ -494,7 +508,8 @@ impl ib::Driver for Rodp {
 
     fn post_send_wr(qp: &qp::Qp, wr: &SendWr<'_, ah::Ah>) -> Result {
         use WrOpcode::*;
-        // Kernel consumers get sends, RDMA and atomics (memory windows are for user space).
+        // Kernel consumers get sends, RDMA, atomics, fast registration and invalidation
+        // (memory windows are for user space).
         let op = WrOpcode::from_raw(wr.wqe.opcode).ok_or(EINVAL)?;
         if !matches!(
             op,
@@ -505,6 +520,9 @@ impl ib::Driver for Rodp {
                 | AtomicFetchAndAdd
                 | Send
                 | SendWithImm
+                | SendWithInv
+                | LocalInv
+                | RegMr
         ) {
             return Err(EINVAL);
         }

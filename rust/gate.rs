@@ -72,6 +72,17 @@ impl Gate {
         }
     }
 
+    /// Closes the gate without waiting for the accesses inside; returns whether it was open.
+    pub(crate) fn shut(&self) -> bool {
+        let mut inside = self.inside.lock();
+        !core::mem::replace(&mut inside.closed, true)
+    }
+
+    /// Whether the gate is closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inside.lock().closed
+    }
+
     /// Closes the gate and waits until every access that entered has left, for at most
     /// [`CLOSE_WAIT_MS`]; returns whether they all left. Sleeps: the caller holds no lock an
     /// access in flight may need (accesses hold only their QPs' locks and ODP umem mutexes, and

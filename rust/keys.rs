@@ -21,7 +21,7 @@ use crate::{
     ah::{self, AhShared},
     ib::{abi::Bind as BindWr, random},
     mcast,
-    mr::{Fault, MrRef, MrShared},
+    mr::{fast, Fault, MrRef, MrShared},
     mw::{MwShared, Via},
     odp::OdpCounters,
     qp::{self, QpShared},
@@ -154,11 +154,32 @@ impl Tables {
         self.window(w.mw_rkey).ok_or(())?.bind(self, qp, w)
     }
 
-    /// Invalidates the type 2B window whose current key is `key`, as `via` asks (see
-    /// [`MwShared::invalidate`]). `Err` for MR keys, type 1 windows, stale keys, windows not
-    /// bound, and invalidations from a QP the window does not serve.
+    /// Invalidates the type 2B window or the fast registration whose current key is `key`, as
+    /// `via` asks (see [`MwShared::invalidate`] and [`fast::invalidate`]). `Err` for other MRs'
+    /// keys, type 1 windows, stale keys, windows not bound or registrations invalid already,
+    /// and invalidations from a QP of another PD or one the window does not serve.
     pub(crate) fn invalidate(&self, key: u32, via: Via<'_>) -> Result<(), ()> {
+        if !is_window(key) {
+            let (Via::Local(qp) | Via::Send(qp)) = via;
+            let mr = self.current(key).ok_or(())?;
+            // A local invalidate waits for the accesses inside, as deregistration does.
+            let wait = matches!(via, Via::Local(_));
+            return fast::invalidate(&mr, qp.pd, key, wait).map_err(|_| ());
+        }
         self.window(key).ok_or(())?.invalidate(key, via)
+    }
+
+    /// Executes a fast registration posted on `qp` (see [`fast::register`]): `Err` completes it
+    /// with `IB_WC_LOC_QP_OP_ERR`.
+    pub(crate) fn register_fast(
+        &self,
+        qp: &QpShared,
+        key: u32,
+        iova: u64,
+        length: u64,
+        acc: u32,
+    ) -> Result<(), ()> {
+        fast::register(self, qp.pd, key, iova, length, acc).map_err(|_| ())
     }
 
     /// Resolves a remote access of `len` bytes at `addr` through `key` arriving on `qp`, with

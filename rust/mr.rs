@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (rxe's `rxe_mr.c`): pinned user memory, the DMA MR of kernel PDs, access
-//! checks, and the copies and atomics the engine performs on their memory.
+//! Memory regions (rxe's `rxe_mr.c`): pinned user memory, the DMA MR of kernel PDs, fast
+//! registrations of kernel memory ([`fast`]), access checks, and the copies and atomics the
+//! engine performs on their memory.
 //!
 //! Keys, the tables and the lookups through keys are in `keys.rs`.
 
@@ -32,6 +33,8 @@ use kernel::{
 };
 
 pub(crate) use keys::MAX_MR;
+
+pub(crate) mod fast;
 
 /// Largest MR in bytes.
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
@@ -70,14 +73,18 @@ enum Memory {
     /// On-demand paging, explicit or implicit: pages are faulted in when the engine touches
     /// them.
     Odp(Odp),
+    /// A fast registration's blocks of kernel memory; offsets count from the registered iova.
+    Fast(fast::Blocks),
 }
 
 /// What an MR keeps across re-registrations: the lock that orders window binds against
-/// deregistration and re-registration, and the number of windows bound.
+/// deregistration and re-registration, the number of windows bound, and an MR of
+/// `ib_alloc_mr`'s page list.
 #[pin_data]
 pub(crate) struct Anchor {
     #[pin]
     windows: Mutex<u32>,
+    stage: Option<Arc<fast::Stage>>,
 }
 
 /// An MR as the engine sees it: one registration. Re-registering puts a new one in the table
@@ -150,7 +157,10 @@ impl Deref for MrRef {
 
 /// The driver data of an MR.
 pub(crate) struct Mr {
+    /// The key it was made with (a fast registration changes the key byte).
     key: u32,
+    /// Its registrations' anchor: what tells them from another MR's at the same index.
+    anchor: Arc<Anchor>,
     tables: Arc<Tables>,
     /// Set once deregistration took the MR out of the table.
     gone: Atomic<bool>,
@@ -227,7 +237,7 @@ impl Mr {
         let acc = user_access(acc)?;
         let token = dev.mrs.take()?;
         let (mem, length) = user_memory(dev, start, length, iova, acc)?;
-        Self::insert(dev, pd, token, acc, (start, iova, length), mem)
+        Self::insert(dev, pd, token, acc, (start, iova, length), mem, None)
     }
 
     /// The DMA MR of a kernel PD (`ib_alloc_pd`): all kernel memory, for local access only
@@ -237,10 +247,38 @@ impl Mr {
             return Err(EOPNOTSUPP);
         }
         let token = dev.mrs.take()?;
-        Self::insert(dev, pd, token, acc, (0, 0, u64::MAX), Memory::Kernel)
+        Self::insert(dev, pd, token, acc, (0, 0, u64::MAX), Memory::Kernel, None)
     }
 
-    /// Enters a new MR with `range` = (start, iova, length) in the device's table.
+    /// An MR of a kernel PD for fast registration (`ib_alloc_mr`) with room for `max_pages`
+    /// blocks, reaching nothing until a registration (see [`fast`]).
+    pub(crate) fn fast(dev: &Device, pd: &Pd, max_pages: u32) -> Result<(Self, u32)> {
+        let stage = fast::Stage::new(max_pages)?;
+        let token = dev.mrs.take()?;
+        let none = fast::Blocks::none();
+        Self::insert(
+            dev,
+            pd,
+            token,
+            0,
+            (0, 0, 0),
+            Memory::Fast(none),
+            Some(stage),
+        )
+    }
+
+    /// Starts the page list of an MR of [`Mr::fast`] afresh, in blocks of `size` bytes.
+    pub(crate) fn map_start(&self, size: u32) -> Result {
+        self.anchor.stage.as_ref().ok_or(EINVAL)?.start(size)
+    }
+
+    /// Adds the block at `addr` to the page list of an MR of [`Mr::fast`].
+    pub(crate) fn map_page(&self, addr: u64) -> Result {
+        self.anchor.stage.as_ref().ok_or(EINVAL)?.push(addr)
+    }
+
+    /// Enters a new MR with `range` = (start, iova, length) in the device's table; one with a
+    /// page list (`stage`) is closed until a fast registration.
     fn insert(
         dev: &Device,
         pd: &Pd,
@@ -248,13 +286,22 @@ impl Mr {
         acc: u32,
         range: (u64, u64, u64),
         mem: Memory,
+        stage: Option<Arc<fast::Stage>>,
     ) -> Result<(Self, u32)> {
         let pd_id = pd.data().id;
         let mem = Arc::new(mem, GFP_KERNEL)?;
-        let anchor = Arc::pin_init(pin_init!(Anchor { windows <- new_mutex!(0) }), GFP_KERNEL)?;
+        let closed = stage.is_some();
+        let anchor = Arc::pin_init(
+            pin_init!(Anchor {
+                windows <- new_mutex!(0),
+                stage,
+            }),
+            GFP_KERNEL,
+        )?;
         let (start, iova, length) = range;
+        let held = anchor.clone();
         let shared = dev.tables.insert_mr(|key| {
-            Arc::pin_init(
+            let mr = Arc::pin_init(
                 pin_init!(MrShared {
                     key,
                     serial: NEXT_SERIAL.fetch_add(1, Relaxed),
@@ -265,16 +312,21 @@ impl Mr {
                     start,
                     mem,
                     mem_access: acc,
-                    anchor,
+                    anchor: held,
                     gate <- Gate::new(),
                 }),
                 GFP_KERNEL,
-            )
+            )?;
+            if closed {
+                mr.gate.shut();
+            }
+            Ok(mr)
         })?;
         let key = shared.key;
         Ok((
             Self {
                 key,
+                anchor,
                 tables: dev.tables.clone(),
                 gone: Atomic::new(false),
                 _token: token,
@@ -287,17 +339,21 @@ impl Mr {
     /// through the key can happen any more: later lookups fail, and the accesses that found
     /// the MR before (a transfer's scatter entry, a peer's READ, WRITE or atomic) have finished.
     pub(crate) fn deregister(&self) -> Result {
-        let Some(cur) = self.shared() else {
-            return Ok(());
-        };
-        {
+        // A fast registration executing meanwhile replaces the registration: take that one.
+        let cur = loop {
+            let Some(cur) = self.shared() else {
+                return Ok(());
+            };
             let windows = cur.anchor.windows.lock();
             if *windows > 0 {
                 return Err(EBUSY);
             }
-            self.tables.mrs.remove_if(keys::index(self.key), &cur);
-            self.gone.store(true, Relaxed);
-        }
+            if self.tables.mrs.remove_if(keys::index(self.key), &cur) {
+                self.gone.store(true, Relaxed);
+                drop(windows);
+                break cur;
+            }
+        };
         // Out of the table first, so every access either entered already or finds nothing.
         cur.gate.close();
         Ok(())
@@ -325,7 +381,7 @@ impl Mr {
             return Err(EOPNOTSUPP);
         }
         let cur = self.shared().ok_or(EINVAL)?;
-        if matches!(*cur.mem, Memory::Kernel) {
+        if matches!(*cur.mem, Memory::Kernel | Memory::Fast(_)) {
             return Err(EOPNOTSUPP);
         }
         if cur.windows() > 0 {
@@ -391,9 +447,12 @@ impl Mr {
 }
 
 impl Mr {
-    /// What the engine sees of this MR.
+    /// What the engine sees of this MR: its current registration, under whatever key.
     fn shared(&self) -> Option<Arc<MrShared>> {
-        self.tables.current(self.key)
+        self.tables
+            .mrs
+            .get(keys::index(self.key))
+            .filter(|m| core::ptr::eq(&*m.anchor, &*self.anchor))
     }
 
     /// For `rdma -dd resource show mr`: `odp` (`explicit` or `implicit`) and an implicit
@@ -608,6 +667,7 @@ impl MrShared {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().write(off, data),
             Memory::Kernel => kmem::write(off as u64, data),
+            Memory::Fast(b) => b.write(off, data),
             Memory::Odp(o) => o.each_in(off, data.len(), fault, |u, uoff, pos, n| {
                 u.with_pages(uoff, n, true, fault, |v| v.write(uoff, &data[pos..pos + n]))
             }),
@@ -620,6 +680,7 @@ impl MrShared {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),
+            Memory::Fast(b) => b.read(off, out),
             Memory::Odp(o) => o.each_in(off, out.len(), fault, |u, uoff, pos, n| {
                 u.with_pages(uoff, n, false, fault, |v| {
                     v.read(uoff, &mut out[pos..pos + n])
@@ -729,6 +790,7 @@ impl MrShared {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().atomic(off, op),
             Memory::Kernel => Err(EINVAL),
+            Memory::Fast(b) => b.atomic(off, op),
             Memory::Odp(o) => {
                 // An aligned word never crosses a child boundary: one piece.
                 let mut old = 0;

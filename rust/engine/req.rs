@@ -323,6 +323,22 @@ fn execute(
             };
             return Exec::Done(status, 0);
         }
+        // A fast registration: only a kernel consumer's ring carries one (its fields where an
+        // atomic's are, see `abi::SendWqe`); in a user's ring the opcode is unknown.
+        WrOpcode::RegMr => {
+            let rights = w.swap as u32;
+            let done = qp.kernel
+                && qp
+                    .tables
+                    .register_fast(qp, w.rkey, w.remote_addr, w.compare_add, rights)
+                    .is_ok();
+            let status = if done {
+                WcStatus::Success
+            } else {
+                WcStatus::LocQpOpErr
+            };
+            return Exec::Done(status, 0);
+        }
         _ => {}
     }
     let read_like = op.is_read_like();

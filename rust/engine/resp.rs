@@ -72,8 +72,8 @@ pub(super) fn receive(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
             atomic(dst, m)
         }
         WrOpcode::Flush => flush(dst, m),
-        // Window operations never leave the requester.
-        WrOpcode::LocalInv | WrOpcode::BindMw => Reply::Nak(Nak::InvReq),
+        // Local operations never leave the requester.
+        WrOpcode::LocalInv | WrOpcode::BindMw | WrOpcode::RegMr => Reply::Nak(Nak::InvReq),
     };
     rq.segs.clear();
     drop(rq);

@@ -190,8 +190,11 @@ const SEND_OFF: SendOff = {
     }
 };
 
+/// Whether a WQE of `opcode` uses the atomic part of the union: atomics, and a fast
+/// registration, which only the kernel's own rings carry (its key, iova, length and rights
+/// where an atomic's key, address, operands are).
 fn is_atomic(opcode: u32) -> bool {
-    WrOpcode::from_raw(opcode).is_some_and(WrOpcode::is_atomic)
+    WrOpcode::from_raw(opcode).is_some_and(|o| o.is_atomic() || o == WrOpcode::RegMr)
 }
 
 impl SendWqe {

@@ -177,6 +177,8 @@ pub(crate) struct DeviceAttr {
     pub(crate) rc_odp_caps: u32,
     /// ODP operations on UD QPs ([`odp_cap`] transport bits).
     pub(crate) ud_odp_caps: u32,
+    /// Pages in a fast registration's page list (0: no fast registration).
+    pub(crate) max_fast_reg_page_list_len: u32,
     /// Multicast groups.
     pub(crate) max_mcast_grp: u32,
     /// QPs per multicast group.
@@ -356,6 +358,25 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Creates the DMA MR of a kernel PD: kernel memory by its virtual DMA address (see
     /// [`super::kmem`]); returns the MR data and its key.
     fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: u32) -> Result<(Self::Mr, u32)>;
+
+    /// Allocates an MR of a kernel PD for fast registration (`ib_alloc_mr`,
+    /// `IB_MR_TYPE_MEM_REG`) with room for `max_pages` blocks; returns its data and key. It
+    /// reaches nothing until an `IB_WR_REG_MR` work request registers the page list
+    /// `ib_map_mr_sg` gave it.
+    fn alloc_mr(_dev: &Device<Self>, _pd: &Pd<Self>, _max_pages: u32) -> Result<(Self::Mr, u32)> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Starts the page list of an MR of [`Driver::alloc_mr`] afresh, in blocks of `page_size`
+    /// bytes (`ib_map_mr_sg`); [`Driver::map_mr_page`] adds the blocks.
+    fn map_mr_start(_mr: &Self::Mr, _page_size: u32) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Adds the block at DMA address `addr` to the page list (`ENOMEM` when it is full).
+    fn map_mr_page(_mr: &Self::Mr, _addr: u64) -> Result {
+        Err(EOPNOTSUPP)
+    }
 
     /// Prepares an MR for deregistration; an error keeps it registered.
     fn dereg_mr(mr: &Self::Mr) -> Result;
@@ -836,6 +857,8 @@ impl<T: Driver> Device<T> {
         post_recv: Some(Self::post_recv_cb),
         poll_cq: Some(Self::poll_cq_cb),
         get_dma_mr: Some(Self::get_dma_mr_cb),
+        alloc_mr: op_if!(T::HAS_ALLOC_MR, Self::alloc_mr_cb),
+        map_mr_sg: op_if!(T::HAS_ALLOC_MR, Self::map_mr_sg_cb),
         attach_mcast: op_if!(T::HAS_ATTACH_MCAST, Self::attach_mcast_cb),
         detach_mcast: op_if!(T::HAS_DETACH_MCAST, Self::detach_mcast_cb),
         advise_mr: op_if!(T::HAS_ADVISE_MR, Self::advise_mr_cb),
@@ -924,6 +947,7 @@ impl<T: Driver> Device<T> {
                 (*attr).max_srq_wr = a.max_srq_wr;
                 (*attr).max_srq_sge = a.max_srq_sge;
                 (*attr).max_ah = a.max_ah;
+                (*attr).max_fast_reg_page_list_len = a.max_fast_reg_page_list_len;
                 (*attr).max_mcast_grp = a.max_mcast_grp;
                 (*attr).max_mcast_qp_attach = a.max_mcast_qp_attach;
                 (*attr).max_total_mcast_qp_attach = a.max_total_mcast_qp_attach;

@@ -9,7 +9,7 @@
 //! additionally refuses anything outside the kernel's linear map, so a wrong address ends in an
 //! error completion instead of a fault.
 
-use crate::ib::bindings;
+use crate::ib::{bindings, umem::AtomicOp};
 use kernel::prelude::*;
 
 /// Checks that `[addr, addr + len)` lies in the linear map (kmalloc and page allocator
@@ -53,6 +53,27 @@ pub(crate) fn write(addr: u64, data: &[u8]) -> Result {
     // SAFETY: As in `read`; the consumer handed this memory to the device for writing.
     unsafe { core::ptr::copy(data.as_ptr(), dst, data.len()) };
     Ok(())
+}
+
+/// Performs `op` on the 64-bit word at kernel address `addr` (8-byte aligned); returns its old
+/// value.
+pub(crate) fn atomic(addr: u64, op: AtomicOp) -> Result<u64> {
+    if addr % 8 != 0 {
+        return Err(EINVAL);
+    }
+    let p = check(addr, 8)?.cast::<u64>();
+    // SAFETY: The word is mapped and aligned (checked); the consumer handed it to the device
+    // for atomic access. The kernel's atomics take any aligned word.
+    Ok(unsafe {
+        match op {
+            AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
+            AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
+            AtomicOp::Write(v) => {
+                bindings::atomic64_store_release(p, v);
+                0
+            }
+        }
+    })
 }
 
 #[kunit_tests(rodp_kmem)]

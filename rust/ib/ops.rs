@@ -196,6 +196,60 @@ impl<T: Driver> Device<T> {
 
     /// # Safety
     ///
+    /// ib_core passes a live kernel PD of this driver (`ib_alloc_mr`).
+    pub(super) unsafe extern "C" fn alloc_mr_cb(
+        pd: *mut bindings::ib_pd,
+        mr_type: bindings::ib_mr_type,
+        max_num_sg: u32,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: Per the safety requirements.
+        let (dev, pd) = unsafe { pd_and_device::<T>(pd) };
+        // Only MRs registered through the send queue, one page list each.
+        let r = if mr_type == bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
+            T::alloc_mr(dev, pd, max_num_sg)
+        } else {
+            Err(EINVAL)
+        };
+        // Nothing is mapped until `ib_map_mr_sg` and a REG_MR work request.
+        Self::new_mr(r, 0, 0)
+    }
+
+    /// # Safety
+    ///
+    /// `mr` came from `alloc_mr_cb` (ib_core calls this only for MRs of this driver's device);
+    /// `sg` holds `sg_nents` DMA-mapped entries and `sg_offset` is null or valid, as
+    /// `ib_sg_to_pages` requires.
+    pub(super) unsafe extern "C" fn map_mr_sg_cb(
+        mr: *mut bindings::ib_mr,
+        sg: *mut bindings::scatterlist,
+        sg_nents: c_int,
+        sg_offset: *mut c_uint,
+    ) -> c_int {
+        // SAFETY: Per the safety requirements; `ib_map_mr_sg` set `page_size` before the call.
+        let (obj, page_size) = unsafe { (Mr::<T>::from_raw(mr), (*mr).page_size) };
+        if let Err(e) = T::map_mr_start(obj.data(), page_size) {
+            return e.to_errno();
+        }
+        // SAFETY: Per the safety requirements; `set_page_cb` takes this MR.
+        unsafe { bindings::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(Self::set_page_cb)) }
+    }
+
+    /// `ib_sg_to_pages`'s callback: one more block of the MR's page list.
+    ///
+    /// # Safety
+    ///
+    /// `mr` is the MR `map_mr_sg_cb` passed to `ib_sg_to_pages`.
+    unsafe extern "C" fn set_page_cb(mr: *mut bindings::ib_mr, addr: u64) -> c_int {
+        // SAFETY: Per the safety requirements.
+        let obj = unsafe { Mr::<T>::from_raw(mr) };
+        match T::map_mr_page(obj.data(), addr) {
+            Ok(()) => 0,
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// # Safety
+    ///
     /// `mr` came from `reg_user_mr_cb`; after success it is not used again.
     pub(super) unsafe extern "C" fn dereg_mr_cb(
         mr: *mut bindings::ib_mr,
@@ -620,6 +674,28 @@ impl<T: Driver> Device<T> {
                 wqe.rkey = a.rkey;
                 wqe.compare_add = a.compare_add;
                 wqe.swap = a.swap;
+            }
+            bindings::ib_wr_opcode_IB_WR_REG_MR => {
+                // SAFETY: REG_MR WRs are embedded in an `ib_reg_wr`.
+                let r = unsafe { &*container_of!(wr, bindings::ib_reg_wr, wr) };
+                // SAFETY: The consumer's MR is live while its WR is posted; only its plain
+                // fields are read, whoever's MR it is.
+                let (device, mr_type, iova, length) = unsafe {
+                    let m = &*r.mr;
+                    (m.device, m.type_, m.iova, m.length)
+                };
+                // SAFETY: `qp` is live (safety requirements).
+                if device != unsafe { (*qp).device }
+                    || mr_type != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG
+                {
+                    return Err(EINVAL);
+                }
+                // Where an atomic's fields go (see `abi::SendWqe`): the MR is named by the
+                // new key's index.
+                wqe.rkey = r.key;
+                wqe.remote_addr = iova;
+                wqe.compare_add = length;
+                wqe.swap = u64::from(r.access as u32);
             }
             bindings::ib_wr_opcode_IB_WR_SEND | bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM => {
                 if qp_type == bindings::ib_qp_type_IB_QPT_UD

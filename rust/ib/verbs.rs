@@ -547,6 +547,8 @@ pub(crate) mod wc_opcode {
     pub(crate) const BIND_MW: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_BIND_MW;
     /// A local invalidate.
     pub(crate) const LOCAL_INV: u32 = bindings::ib_uverbs_wc_opcode_IB_UVERBS_WC_LOCAL_INV;
+    /// A fast registration (kernel consumers only).
+    pub(crate) const REG_MR: u32 = bindings::ib_wc_opcode_IB_WC_REG_MR;
     /// Receive of an RDMA write with immediate.
     pub(crate) const RECV_RDMA_WITH_IMM: u32 = bindings::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM;
 }
@@ -595,11 +597,13 @@ pub(crate) enum WrOpcode {
     Flush = bindings::ib_wr_opcode_IB_WR_FLUSH,
     /// Write 8 bytes at once.
     AtomicWrite = bindings::ib_wr_opcode_IB_WR_ATOMIC_WRITE,
+    /// Register the pages `ib_map_mr_sg` gave an MR of `ib_alloc_mr` (kernel consumers only).
+    RegMr = bindings::ib_wr_opcode_IB_WR_REG_MR,
 }
 
 impl WrOpcode {
     /// Every opcode rodp executes.
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 13] = [
         Self::RdmaWrite,
         Self::RdmaWriteWithImm,
         Self::Send,
@@ -612,6 +616,7 @@ impl WrOpcode {
         Self::SendWithInv,
         Self::Flush,
         Self::AtomicWrite,
+        Self::RegMr,
     ];
 
     /// The opcode `v` names, if rodp executes it.
@@ -656,6 +661,7 @@ impl WrOpcode {
             Self::Send | Self::SendWithImm | Self::SendWithInv => wc_opcode::SEND,
             Self::Flush => wc_opcode::FLUSH,
             Self::AtomicWrite => wc_opcode::ATOMIC_WRITE,
+            Self::RegMr => wc_opcode::REG_MR,
         }
     }
 
@@ -736,6 +742,9 @@ pub(crate) mod device_cap {
     /// ATOMIC WRITE.
     pub(crate) const ATOMIC_WRITE: u64 =
         bindings::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE as u64;
+    /// Fast registration (`IB_WR_REG_MR`), local and remote invalidation of its keys.
+    pub(crate) const MEM_MGT_EXTENSIONS: u64 =
+        bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
 }
 
 /// Bits of `enum ib_mr_rereg_flags`.
