@@ -51,7 +51,7 @@ FIXTURE_TEARDOWN(kv)
 }
 
 #define KVERBS(name)                                                                   \
-	TEST_F(kv, name)                                                               \
+	TEST_F_TIMEOUT(kv, name, 120)                                                  \
 	{                                                                              \
 		int e = kverbs("rodp0", #name);                                        \
 		ASSERT_EQ(0, e) TH_LOG("%s: %s (the kernel log says why)", #name,      \
