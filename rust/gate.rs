@@ -72,10 +72,10 @@ impl Gate {
         }
     }
 
-    /// Closes the gate without waiting for the accesses inside; returns whether it was open.
-    pub(crate) fn shut(&self) -> bool {
-        let mut inside = self.inside.lock();
-        !core::mem::replace(&mut inside.closed, true)
+    /// Closes the gate without waiting for the accesses inside (an MR of `ib_alloc_mr`, made
+    /// closed).
+    pub(crate) fn shut(&self) {
+        self.inside.lock().closed = true;
     }
 
     /// Whether the gate is closed.

@@ -162,9 +162,7 @@ impl Tables {
         if !is_window(key) {
             let (Via::Local(qp) | Via::Send(qp)) = via;
             let mr = self.current(key).ok_or(())?;
-            // A local invalidate waits for the accesses inside, as deregistration does.
-            let wait = matches!(via, Via::Local(_));
-            return fast::invalidate(&mr, qp.pd, key, wait).map_err(|_| ());
+            return fast::invalidate(&mr, qp.pd, key).map_err(|_| ());
         }
         self.window(key).ok_or(())?.invalidate(key, via)
     }

@@ -783,8 +783,8 @@ impl MrShared {
         Ok(())
     }
 
-    /// Performs `op` on the 64-bit word at offset `off`; returns its old value. Kernel memory
-    /// takes no atomics (its MR grants no remote access). Without `fault`, an ODP page must be
+    /// Performs `op` on the 64-bit word at offset `off`; returns its old value. The DMA MR's
+    /// kernel memory takes no atomics (it grants no remote access); a fast registration's does. Without `fault`, an ODP page must be
     /// mapped already (else [`crate::odp::UNMAPPED`]).
     pub(crate) fn atomic(&self, off: usize, op: AtomicOp, fault: bool) -> Result<u64> {
         match &*self.mem {

@@ -678,15 +678,20 @@ impl<T: Driver> Device<T> {
             bindings::ib_wr_opcode_IB_WR_REG_MR => {
                 // SAFETY: REG_MR WRs are embedded in an `ib_reg_wr`.
                 let r = unsafe { &*container_of!(wr, bindings::ib_reg_wr, wr) };
+                let m = r.mr;
+                if m.is_null() {
+                    return Err(EINVAL);
+                }
                 // SAFETY: The consumer's MR is live while its WR is posted; only its plain
-                // fields are read, whoever's MR it is.
-                let (device, mr_type, iova, length) = unsafe {
-                    let m = &*r.mr;
-                    (m.device, m.type_, m.iova, m.length)
-                };
+                // fields are read, through the pointer (its consumer owns the struct), whoever's
+                // MR it is.
+                let (device, mr_type, lkey, iova, length) =
+                    unsafe { ((*m).device, (*m).type_, (*m).lkey, (*m).iova, (*m).length) };
+                // The key names the MR by its index, as rxe checks: the MR of the request.
                 // SAFETY: `qp` is live (safety requirements).
                 if device != unsafe { (*qp).device }
                     || mr_type != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG
+                    || lkey >> 8 != r.key >> 8
                 {
                     return Err(EINVAL);
                 }

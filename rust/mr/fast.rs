@@ -11,12 +11,14 @@
 //! DMA, see `kmem`). An `IB_WR_REG_MR` work request, executed in order on the send queue,
 //! registers a copy of the page list ([`Blocks`]) under the key the request names (the MR's
 //! index with a key byte of the consumer's choosing, `ib_update_fast_reg_key`), with its rights,
-//! iova and length: a new registration in the key's table slot, as a re-registration is. A
-//! local invalidate (`IB_WR_LOCAL_INV`) closes the registration's gate and waits for the
-//! accesses inside, as deregistration does; a SEND with invalidate arriving for it shuts the
-//! gate without waiting (the responder may not sleep there; accesses on the same QP came
-//! before it and are done). A registration is allowed only while the current one is closed:
-//! an MR is registered, invalidated, registered again.
+//! iova and length: a new registration in the key's table slot, as a re-registration is. An
+//! invalidation, local (`IB_WR_LOCAL_INV`) or by a SEND with invalidate arriving for it, closes
+//! the registration's gate and waits for the accesses inside, as deregistration does: the
+//! consumer frees the memory once it sees the invalidation's completion, and no copy may
+//! reach it then (both run in process context: the send queue's worker, the responder's inbox
+//! work or a local requester). Invalidating an invalid registration succeeds, as in rxe. A
+//! registration is allowed only while the current one is closed (an MR is registered,
+//! invalidated, registered again); it waits for that one's accesses too.
 
 use super::{Memory, MrShared, NEXT_SERIAL};
 use crate::{
@@ -218,6 +220,8 @@ pub(crate) fn register(
     if cur.pd != pd || !cur.gate.is_closed() {
         return Err(EINVAL);
     }
+    // Closed, perhaps with accesses still inside: they finish with the old page list first.
+    cur.gate.close();
     let mem = Arc::new(Memory::Fast(stage.snapshot(iova, length)?), GFP_KERNEL)?;
     let anchor = cur.anchor.clone();
     let new = Arc::pin_init(
@@ -240,15 +244,18 @@ pub(crate) fn register(
     tables.mrs.replace(index, &cur, new)
 }
 
-/// Invalidates the fast registration whose key is `key` for a QP of PD `pd`: `wait` (a local
-/// invalidate) until the accesses inside have left. `Err` for keys of other MRs, other PDs'
-/// MRs, stale keys and registrations closed already.
-pub(crate) fn invalidate(mr: &Arc<MrShared>, pd: u64, key: u32, wait: bool) -> Result {
-    if mr.key != key || mr.pd != pd || mr.anchor.stage.is_none() || !mr.gate.shut() {
+/// Invalidates the fast registration `mr`, named by `key`, for a QP of PD `pd`, and waits until
+/// the accesses inside have left. `Err` for keys of other MRs, other PDs' MRs and stale keys.
+pub(crate) fn invalidate(mr: &Arc<MrShared>, pd: u64, key: u32) -> Result {
+    if mr.key != key || mr.pd != pd || mr.anchor.stage.is_none() {
         return Err(EINVAL);
     }
-    if wait {
-        mr.gate.close();
+    if !mr.gate.close() {
+        pr_info!(
+            "rodp: invalidating key {:#x}: accesses still inside after {} ms\n",
+            key,
+            crate::gate::CLOSE_WAIT_MS
+        );
     }
     Ok(())
 }

@@ -102,6 +102,68 @@ rping_role() {
 # vanishes (takes its link down for 6 s) after B's first WRITE, and B's next WRITE must end in
 # RETRY_EXC_ERR within the time its QP's timeout and retry_cnt imply. With -s: 48 WRITEs and a
 # SEND each way at once (pipelined), the data compared on both sides; -r N: N such rounds.
+# nfs_role SIDE VERSION: NFS over RDMA (issue 14). The server exports a tmpfs with nfsd
+# listening on RDMA port 20049 (rpcbind and rpc.mountd run for the export table and NFSv3's
+# MOUNT); the client mounts it with proto=rdma (xprtrdma: its FRWR registrations run on the
+# client's device), writes 4 MiB of random data and 32 small files, unmounts, mounts again and
+# reads everything back, then writes the data's checksum to the export; the server waits for
+# that file and checks its own copy against it.
+NFS_MB=4
+nfs_role() {
+	side=$1 vers=$2
+	case $side in
+	server)
+		modprobe nfsd && modprobe rpcrdma || return 1
+		mountpoint -q /proc/fs/nfsd || mount -t nfsd nfsd /proc/fs/nfsd || return 1
+		mkdir -p /srv/nfs /var/lib/nfs/rpc_pipefs
+		mount -t tmpfs -o size=64m tmpfs /srv/nfs || return 1
+		: > /etc/exports
+		rpcbind && exportfs -o rw,no_root_squash,insecure,no_subtree_check,fsid=1 \
+			"$addr_b:/srv/nfs" && rpc.mountd && rpc.nfsd --rdma=20049 4 || return 1
+		cat /proc/fs/nfsd/portlist
+		nrc=1
+		for i in $(seq 600); do
+			if [ -s /srv/nfs/done ]; then
+				sleep 1
+				echo "client: $(cat /srv/nfs/done)"
+				echo "server: $(sha256sum < /srv/nfs/data)"
+				[ "$(cat /srv/nfs/done)" = "$(sha256sum < /srv/nfs/data)" ] && nrc=0
+				break
+			fi
+			sleep 0.5
+		done
+		rpc.nfsd 0
+		exportfs -ua
+		pkill rpc.mountd
+		pkill rpcbind
+		umount /srv/nfs
+		return $nrc
+		;;
+	ready) grep -q rdma /proc/fs/nfsd/portlist 2>/dev/null ;;
+	client)
+		modprobe rpcrdma || return 1
+		mkdir -p /mnt/nfs
+		opts="vers=$vers,proto=rdma,port=20049,nolock"
+		run mount -t nfs -o "$opts" "$addr_a:/srv/nfs" /mnt/nfs || return 1
+		head -c ${NFS_MB}M /dev/urandom > /tmp/nfs.data
+		nrc=0
+		run cp /tmp/nfs.data /mnt/nfs/data || nrc=1
+		for i in $(seq 32); do echo "file $i" > /mnt/nfs/f$i || nrc=1; done
+		run umount /mnt/nfs || nrc=1
+		run mount -t nfs -o "$opts" "$addr_a:/srv/nfs" /mnt/nfs || return 1
+		run cmp /tmp/nfs.data /mnt/nfs/data || nrc=1
+		for i in $(seq 32); do
+			[ "$(cat /mnt/nfs/f$i)" = "file $i" ] || { echo "f$i differs"; nrc=1; }
+		done
+		grep -E 'xprtrdma|proto=rdma' /proc/self/mountstats | head -2
+		[ $nrc = 0 ] && sha256sum < /tmp/nfs.data > /mnt/nfs/done
+		run umount /mnt/nfs || nrc=1
+		rm -f /tmp/nfs.data
+		return $nrc
+		;;
+	esac
+}
+
 ops_role() {
 	side=$1
 	shift
@@ -294,6 +356,7 @@ cases() {
 	case2 "ib_write_bw 64K odp" rodp rxe perf ib_write_bw -N -n 10 -s 65536 --odp
 	case2 "ucmatose 2" rodp rxe ucmatose_role -c 2 -C 5
 	case2 "lossy wire_ops stream 4" rodp rxe lossy ops_role -s -r 4
+	case2 "nfs 4.2" rodp rxe nfs_role 4.2
 	# rodp asking rxe: the same, rping (rdma_cm RC; SEND, READ and WRITE, data verified),
 	# RC over IPv6, and last a peer that vanishes (A takes its link down for 6 s): rodp's
 	# requester ends in RETRY_EXC_ERR in time.
@@ -315,6 +378,7 @@ cases() {
 	case2 "ib_write_bw 64K odp" rxe rodp perf ib_write_bw -N -n 10 -s 65536 --odp
 	case2 "ucmatose 2" rxe rodp ucmatose_role -c 2 -C 5
 	case2 "wire_ops vanish" rxe rodp ops_role -v
+	case2 "nfs 4.2" rxe rodp nfs_role 4.2
 	# rodp with rodp: all of it, implicit ODP with prefetch, then a bad link (lossy: 2 %
 	# loss, 1 % duplicates, reordering, delay; wire_ops -s checks every word both ways, rping
 	# -V every ping), and last the vanishing peer. (Not ibv_rc_pingpong over the bad link: its
@@ -346,6 +410,8 @@ cases() {
 	case2 "lossy rping 10" rodp rodp lossy rping_role -C 10 -S 8192
 	case2 "lossy wire_ops stream 8" rodp rodp lossy ops_role -s -r 8
 	case2 "wire_ops vanish" rodp rodp ops_role -v
+	case2 "nfs 4.2" rodp rodp nfs_role 4.2
+	case2 "nfs 3" rodp rodp nfs_role 3
 }
 
 # The first barrier waits for the other guest to boot.

@@ -449,8 +449,8 @@ out:
 }
 
 /*
- * A local invalidate ends a registration; a new one under a new key byte works and the old key
- * reaches nothing; a registration over a valid one fails (IB_WC_LOC_QP_OP_ERR, rxe's status).
+ * A local invalidate ends a registration: a WRITE through its key fails and changes nothing.
+ * Invalidating it again succeeds; a stale key byte fails (IB_WC_LOC_QP_OP_ERR, rxe's status).
  */
 static int frwr_local_invalidate(struct t *t)
 {
@@ -475,8 +475,11 @@ static int frwr_local_invalidate(struct t *t)
 
 	try(local_inv(t, 0, mr->rkey));
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_LOCAL_INV, NULL));
-	/* Invalidated already: a second invalidation fails (and QP 0 enters the error state). */
+	/* Invalidating an invalid registration succeeds (as in rxe). */
 	try(local_inv(t, 0, mr->rkey));
+	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_LOCAL_INV, NULL));
+	/* A key that names no registration fails (and QP 0 enters the error state). */
+	try(local_inv(t, 0, mr->rkey ^ 0x80));
 	try(expect(t, 0, IB_WC_LOC_QP_OP_ERR, 0, NULL));
 	try(reset_both(t));
 	/* Invalid: a WRITE through the key is refused, and nothing changes. */
