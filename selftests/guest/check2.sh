@@ -118,6 +118,15 @@ nfs_role() {
 		mkdir -p /srv/nfs /var/lib/nfs/rpc_pipefs
 		mount -t tmpfs -o size=64m tmpfs /srv/nfs || return 1
 		: > /etc/exports
+		# nfsdcld keeps NFSv4 client records (without it nfsd waits for its upcall to time
+		# out) and ends the grace period at once when there is no client to reclaim; the
+		# short grace and lease times bound it otherwise.
+		mountpoint -q /var/lib/nfs/rpc_pipefs ||
+			mount -t rpc_pipefs sunrpc /var/lib/nfs/rpc_pipefs
+		mkdir -p /var/lib/nfs/nfsdcld
+		nfsdcld
+		echo 10 > /proc/fs/nfsd/nfsv4gracetime
+		echo 10 > /proc/fs/nfsd/nfsv4leasetime
 		rpcbind && exportfs -o rw,no_root_squash,insecure,no_subtree_check,fsid=1 \
 			"$addr_b:/srv/nfs" && rpc.mountd && rpc.nfsd --rdma=20049 4 || return 1
 		cat /proc/fs/nfsd/portlist
@@ -136,6 +145,7 @@ nfs_role() {
 		exportfs -ua
 		pkill rpc.mountd
 		pkill rpcbind
+		pkill nfsdcld
 		umount /srv/nfs
 		return $nrc
 		;;
