@@ -88,13 +88,14 @@ TEST_F(dev, query_device_is_honest)
 	EXPECT_EQ(IBV_ATOMIC_HCA, a.atomic_cap);
 	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_RC_RNR_NAK_GEN);
 	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
-	/* Memory windows of both types (rodp_mw); no fast-registration work requests. */
+	/* Memory windows of both types (rodp_mw); fast registration for kernel consumers
+	 * (rodp_kverbs). */
 	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
 	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
 	EXPECT_EQ(8192, a.max_mcast_grp);
 	EXPECT_EQ(56, a.max_mcast_qp_attach);
 	EXPECT_EQ(8192 * 56, a.max_total_mcast_qp_attach);
-	EXPECT_EQ(0, a.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS);
+	EXPECT_TRUE(a.device_cap_flags & IBV_DEVICE_MEM_MGT_EXTENSIONS);
 }
 
 TEST_F(dev, query_port_roce)
