@@ -9,7 +9,10 @@
 //! additionally refuses anything outside the kernel's linear map, so a wrong address ends in an
 //! error completion instead of a fault.
 
-use crate::ib::{bindings, umem::AtomicOp};
+use crate::ib::{
+    bindings,
+    umem::{atomic_at, AtomicOp},
+};
 use kernel::prelude::*;
 
 /// Checks that `[addr, addr + len)` lies in the linear map (kmalloc and page allocator
@@ -63,17 +66,8 @@ pub(crate) fn atomic(addr: u64, op: AtomicOp) -> Result<u64> {
     }
     let p = check(addr, 8)?.cast::<u64>();
     // SAFETY: The word is mapped and aligned (checked); the consumer handed it to the device
-    // for atomic access. The kernel's atomics take any aligned word.
-    Ok(unsafe {
-        match op {
-            AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
-            AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
-            AtomicOp::Write(v) => {
-                bindings::atomic64_store_release(p, v);
-                0
-            }
-        }
-    })
+    // for atomic access.
+    Ok(unsafe { atomic_at(p, op) })
 }
 
 #[kunit_tests(rodp_kmem)]

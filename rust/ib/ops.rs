@@ -687,9 +687,10 @@ impl<T: Driver> Device<T> {
                 // MR it is.
                 let (device, mr_type, lkey, iova, length) =
                     unsafe { ((*m).device, (*m).type_, (*m).lkey, (*m).iova, (*m).length) };
-                // The key names the MR by its index, as rxe checks: the MR of the request.
                 // SAFETY: `qp` is live (safety requirements).
-                if device != unsafe { (*qp).device }
+                let qp_device = unsafe { (*qp).device };
+                // The key names the MR by its index, as rxe checks: the MR of the request.
+                if device != qp_device
                     || mr_type != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG
                     || lkey >> 8 != r.key >> 8
                 {

@@ -157,16 +157,26 @@ impl<'a> Mapped<'a> {
         // SAFETY: `po` is 8-byte aligned and the word lies inside the mapping.
         let p = unsafe { self.0.as_ptr().add(po) }.cast::<u64>();
         // SAFETY: `p` is a valid, aligned word for the duration of the mapping.
-        Ok(unsafe {
-            match op {
-                AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
-                AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
-                AtomicOp::Write(v) => {
-                    bindings::atomic64_store_release(p, v);
-                    0
-                }
+        Ok(unsafe { atomic_at(p, op) })
+    }
+}
+
+/// Performs `op` on the word at `p`; returns its old value.
+///
+/// # Safety
+///
+/// `p` is a valid, 8-byte aligned word the device may access atomically for the call.
+pub(crate) unsafe fn atomic_at(p: *mut u64, op: AtomicOp) -> u64 {
+    // SAFETY: Per the safety requirements.
+    unsafe {
+        match op {
+            AtomicOp::CmpSwap(cmp, swap) => bindings::atomic64_cmpxchg(p, cmp, swap),
+            AtomicOp::FetchAdd(add) => bindings::atomic64_fetch_add(p, add),
+            AtomicOp::Write(v) => {
+                bindings::atomic64_store_release(p, v);
+                0
             }
-        })
+        }
     }
 }
 
