@@ -685,9 +685,8 @@ impl<T: Driver> Device<T> {
                 // SAFETY: The consumer's MR is live while its WR is posted; only its plain
                 // fields are read, through the pointer (its consumer owns the struct), whoever's
                 // MR it is.
-                let fields =
-                    unsafe { ((*m).device, (*m).type_, (*m).lkey, (*m).iova, (*m).length) };
-                let (device, mr_type, lkey, iova, length) = fields;
+                let f = unsafe { ((*m).device, (*m).type_, (*m).lkey, (*m).iova, (*m).length) };
+                let (device, mr_type, lkey, iova, length) = f;
                 // SAFETY: `qp` is live (safety requirements).
                 let qp_device = unsafe { (*qp).device };
                 // The key names the MR by its index, as rxe checks: the MR of the request.
