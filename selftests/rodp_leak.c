@@ -163,11 +163,13 @@ static void *churn_thread(void *arg)
 FIXTURE(race) {
 	struct churn churn;
 	pthread_t thread;
+	long t0;
 };
 
 FIXTURE_SETUP(race)
 {
 	ensure_netdevs();
+	self->t0 = now_ms();
 	memset(&self->churn, 0, sizeof(self->churn));
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, pthread_create(&self->thread, NULL, churn_thread, &self->churn));
@@ -178,6 +180,7 @@ FIXTURE_TEARDOWN(race)
 	self->churn.stop = 1;
 	pthread_join(self->thread, NULL);
 	sh(NULL, 0, "rdma link delete rodp0; ip link delete rdum1");
+	TH_LOG("%ld ms", now_ms() - self->t0);
 }
 
 TEST_F_TIMEOUT(race, link_delete_while_contexts_churn, 600)
@@ -280,11 +283,13 @@ static void *traffic_thread(void *arg)
 FIXTURE(busy) {
 	struct traffic traffic;
 	pthread_t thread;
+	long t0;
 };
 
 FIXTURE_SETUP(busy)
 {
 	ensure_netdevs();
+	self->t0 = now_ms();
 	memset(&self->traffic, 0, sizeof(self->traffic));
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, pthread_create(&self->thread, NULL, traffic_thread, &self->traffic));
@@ -296,6 +301,7 @@ FIXTURE_TEARDOWN(busy)
 	pthread_join(self->thread, NULL);
 	EXPECT_EQ(0, self->traffic.bad_data);
 	sh(NULL, 0, "rdma link delete rodp0");
+	TH_LOG("%ld ms", now_ms() - self->t0);
 }
 
 TEST_F_TIMEOUT(busy, link_delete_during_traffic, 600)

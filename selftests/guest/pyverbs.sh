@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-# rdma-core's Python suite (pyverbs' tests, unchanged) against kernel rxe and then rodp in this
+# rdma-core's Python suite (pyverbs' tests, unchanged) against rodp and then kernel rxe in this
 # one guest boot, never both loaded. Writes results/pyverbs.tap: one line per test, failing
 # where rodp fails a test rxe passes or one of selftests/pyverbs-must-pass (unless
 # selftests/pyverbs-gaps gives the reason); prints both pass/fail/skip tables. Sourced by
@@ -57,11 +57,22 @@ PY
 
 # The huge-page ODP tests need 2 MiB pages allocated (64 MiB).
 echo 32 > /proc/sys/vm/nr_hugepages
+py_run rodp
+# rxe's result decides nothing for a test rodp passes (see the table below), so rxe runs only
+# the tests rodp did not pass: those skipped on both take no time, and the rest (about half
+# the suite's time) is saved. If rodp's run did not finish (no "Ran N tests" line: a hang or
+# a crash left tests unreported), rxe runs everything. In the table, rxe's "-" is a test
+# it did not run.
 rmmod rodp
-modprobe rdma_rxe && py_run rxe
+modprobe rdma_rxe
+if grep -q '^Ran [0-9]* tests\? in' "$res/pyverbs.rodp.log"; then
+	rest=$(awk '$2 != "ok" { print $1 }' "$res/pyverbs.rodp" | tr '\n' ' ')
+	if [ -n "$rest" ]; then RODP_PYVERBS=$rest py_run rxe; else : > "$res/pyverbs.rxe"; fi
+else
+	py_run rxe
+fi
 rmmod rdma_rxe
 modprobe rodp
-py_run rodp
 
 # What failed on rodp, and why (unittest's report after the list of tests).
 sed -n '/^=====/,$p' "$res/pyverbs.rodp.log" | head -200
@@ -89,7 +100,7 @@ for label, res in (("rxe", rxe), ("rodp", rodp)):
           f"{c['skip']:4} skipped of {len(res)}")
 lines = []
 for i, name in enumerate(sorted(set(rxe) | set(rodp)), 1):
-    a, b = rxe.get(name, "absent"), rodp.get(name, "absent")
+    a, b = rxe.get(name, "-" if rodp.get(name) == "ok" else "absent"), rodp.get(name, "absent")
     if b == "ok":
         lines.append(f"ok {i} {name}")
     elif (a == "ok" or must(name)) and gap(name):
