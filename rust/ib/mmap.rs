@@ -215,9 +215,8 @@ fn alloc(size: usize) -> Result<(NonNull<u8>, usize)> {
         .checked_next_multiple_of(kernel::page::PAGE_SIZE)
         .ok_or(EINVAL)?;
     // SAFETY: FFI call.
-    let buf =
-        NonNull::new(unsafe { bindings::vmalloc_user(size as kernel::ffi::c_ulong) }.cast::<u8>())
-            .ok_or(ENOMEM)?;
+    let raw = unsafe { bindings::vmalloc_user(size as kernel::ffi::c_ulong) };
+    let buf = NonNull::new(raw.cast::<u8>()).ok_or(ENOMEM)?;
     Ok((buf, size))
 }
 

@@ -645,8 +645,8 @@ impl ImplicitUmemOdp {
         let dev = DevRef::get(dev)?;
         // SAFETY: FFI call on a live device (referenced) from the registering process's
         // context.
-        let root =
-            non_err(unsafe { bindings::ib_umem_odp_alloc_implicit(dev.as_ptr(), access as i32) })?;
+        let root = unsafe { bindings::ib_umem_odp_alloc_implicit(dev.as_ptr(), access as i32) };
+        let root = non_err(root)?;
         // SAFETY: A valid umem whose `owning_mm` is the caller's mm, which is live. The root
         // takes no reference of its own; children are made from it later, possibly after the
         // process has exited.
