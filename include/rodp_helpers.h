@@ -44,6 +44,8 @@ u64 rodp_helper_atomic64_cmpxchg(u64 *p, u64 old, u64 new);
 u64 rodp_helper_atomic64_fetch_add(u64 *p, u64 add);
 void rodp_helper_atomic64_store_release(u64 *p, u64 v);
 struct workqueue_struct *rodp_helper_alloc_workqueue(const char *name, unsigned int flags);
+unsigned int rodp_helper_memalloc_noio_save(void);
+void rodp_helper_memalloc_noio_restore(unsigned int flags);
 int rodp_helper_copy_to_udata(struct ib_udata *udata, void *src, size_t len);
 int rodp_helper_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);
 struct uverbs_attr_bundle;

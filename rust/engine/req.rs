@@ -57,6 +57,8 @@ pub(crate) fn run_send_queue(qp: &Arc<QpShared>) {
     let Some(_worker) = share::enter(qp, Job::Requester) else {
         return;
     };
+    // A kernel consumer's QP may carry the writeback that reclaim waits for (`ib::wq`).
+    let _noio = qp.kernel.then(crate::ib::wq::NoIo::begin);
     run(qp, true);
 }
 

@@ -238,6 +238,8 @@ impl WorkItem for Inbox {
     type Pointer = Arc<Inbox>;
 
     fn run(this: Arc<Inbox>) {
+        // Replies to a kernel consumer's writeback come through here (`ib::wq`).
+        let _noio = crate::ib::wq::NoIo::begin();
         this.deliver();
     }
 }

@@ -599,3 +599,14 @@ int rodp_helper_udp_local_out(struct sk_buff *skb, bool ipv6)
 		return ip6_local_out(net, NULL, skb);
 	return ip_local_out(net, NULL, skb);
 }
+
+/* A kernel consumer's data path allocates without starting I/O (see rust/ib/wq.rs). */
+unsigned int rodp_helper_memalloc_noio_save(void)
+{
+	return memalloc_noio_save();
+}
+
+void rodp_helper_memalloc_noio_restore(unsigned int flags)
+{
+	memalloc_noio_restore(flags);
+}

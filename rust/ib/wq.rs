@@ -2,6 +2,12 @@
 
 //! The module's workqueue (`alloc_workqueue` / `destroy_workqueue`): the engine's requesters
 //! run on it, and module unload drains it. The kernel crate only wraps the system queues.
+//!
+//! Kernel consumers include storage (NFS over RDMA, NVMe over Fabrics): memory reclaim may
+//! write pages back through a rodp QP and wait for it. So the queue has a rescuer
+//! (`WQ_MEM_RECLAIM`: its work runs even when no new worker can be created), and the work that
+//! moves a kernel consumer's data allocates under [`NoIo`]: reclaim from inside it never
+//! starts I/O, which could wait for that very work.
 
 use crate::ib::bindings;
 use kernel::{
@@ -23,10 +29,9 @@ pub(crate) struct ModuleQueue(());
 impl ModuleQueue {
     /// Allocates the workqueue; fails with `EBUSY` when one exists already.
     pub(crate) fn new() -> Result<Self> {
+        let flags = bindings::wq_flags_WQ_UNBOUND | bindings::wq_flags_WQ_MEM_RECLAIM;
         // SAFETY: FFI call; the name is a static C string.
-        let wq = unsafe {
-            bindings::alloc_workqueue(c"rodp".as_char_ptr(), bindings::wq_flags_WQ_UNBOUND)
-        };
+        let wq = unsafe { bindings::alloc_workqueue(c"rodp".as_char_ptr(), flags) };
         if wq.is_null() {
             return Err(ENOMEM);
         }
@@ -64,4 +69,33 @@ pub(crate) fn get() -> &'static Queue {
 pub(crate) fn cond_resched() {
     // SAFETY: FFI call without arguments; the caller may sleep (see above).
     unsafe { bindings::cond_resched() };
+}
+
+/// A scope in which the current task's allocations start no I/O (`memalloc_noio_save`): as
+/// long as it lives, `GFP_KERNEL` acts as `GFP_NOIO`. Scopes nest; each must end in the task
+/// and in the reverse order it began, which owning it on the stack of one function ensures
+/// (it is neither `Send` nor `Clone`).
+pub(crate) struct NoIo {
+    flags: u32,
+    _not_send: core::marker::PhantomData<*mut ()>,
+}
+
+impl NoIo {
+    /// Begins the scope.
+    pub(crate) fn begin() -> Self {
+        // SAFETY: FFI call without arguments; it changes only the current task's flags.
+        let flags = unsafe { bindings::memalloc_noio_save() };
+        Self {
+            flags,
+            _not_send: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for NoIo {
+    fn drop(&mut self) {
+        // SAFETY: `flags` came from the matching save in this task (the type is not `Send`),
+        // and inner scopes, dropped first, have restored theirs.
+        unsafe { bindings::memalloc_noio_restore(self.flags) };
+    }
 }
