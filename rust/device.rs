@@ -433,12 +433,11 @@ impl ib::Driver for Rodp {
         events: &Arc<Events>,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<srq::Srq> {
-        // User SRQs only, of the basic type.
-        let (ctx, udata) = ctx.zip(udata).ok_or(EOPNOTSUPP)?;
+        // Of the basic type, for users and kernel consumers.
         if kind != srq_type::BASIC {
             return Err(EOPNOTSUPP);
         }
-        srq::Srq::new(dev, pd, ctx, attr, events, udata)
+        srq::Srq::new(dev, pd, ctx.zip(udata), attr, events)
     }
 
     fn modify_srq(
@@ -448,8 +447,7 @@ impl ib::Driver for Rodp {
         mask: u32,
         udata: Option<&mut Udata<'_>>,
     ) -> Result {
-        let (ctx, udata) = ctx.zip(udata).ok_or(EOPNOTSUPP)?;
-        srq.modify(ctx, attr, mask, udata)
+        srq.modify(ctx.zip(udata), attr, mask)
     }
 
     fn query_srq(srq: &srq::Srq) -> Result<SrqAttr> {
@@ -531,6 +529,10 @@ impl ib::Driver for Rodp {
 
     fn post_recv_wr(qp: &qp::Qp, wr: &RecvWr<'_>) -> Result {
         qp.post_recv_wr(wr)
+    }
+
+    fn post_srq_recv_wr(srq: &srq::Srq, wr: &RecvWr<'_>) -> Result {
+        srq.post_recv_wr(wr)
     }
 
     fn advise_mr(dev: &Device, pd: &Pd, advice: Advice, flags: u32, sges: SgList<'_>) -> Result {

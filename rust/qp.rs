@@ -277,14 +277,14 @@ pub(crate) struct Qp {
     _token: Token,
 }
 
-/// One ring a kernel consumer posts to, and room to build a WQE.
-struct Producer {
-    queue: Arc<Queue>,
+/// One ring a kernel consumer posts to (a QP's or an SRQ's), and room to build a WQE.
+pub(crate) struct Producer {
+    pub(crate) queue: Arc<Queue>,
     buf: KVec<u8>,
 }
 
 impl Producer {
-    fn new(queue: &Arc<Queue>) -> Result<Self> {
+    pub(crate) fn new(queue: &Arc<Queue>) -> Result<Self> {
         Ok(Self {
             queue: queue.clone(),
             buf: KVec::from_elem(0u8, queue.elem_size(), GFP_KERNEL)?,
@@ -303,6 +303,21 @@ impl Producer {
         q.write(prod, self.buf.get(..len).ok_or(EINVAL)?)?;
         q.set_producer(next);
         Ok(())
+    }
+
+    /// Publishes a receive WQE for `wr` (its SGE count checked by the caller).
+    pub(crate) fn push_recv(&mut self, wr: &RecvWr<'_>) -> Result {
+        let n = wr.sges.len();
+        let b = &mut self.buf;
+        RecvWqe {
+            wr_id: wr.wr_id,
+            num_sge: n as u32,
+        }
+        .write(b);
+        for (idx, g) in wr.sges.iter().enumerate() {
+            g.write(b, abi::RECV_WQE_HEADER, idx);
+        }
+        self.push(recv_wqe_size(n as u32))
     }
 }
 
@@ -570,16 +585,7 @@ impl Qp {
         let Some(p) = &mut *guard else {
             return Err(EINVAL);
         };
-        let b = &mut p.buf;
-        RecvWqe {
-            wr_id: wr.wr_id,
-            num_sge: n as u32,
-        }
-        .write(b);
-        for (idx, g) in wr.sges.iter().enumerate() {
-            g.write(b, abi::RECV_WQE_HEADER, idx);
-        }
-        p.push(recv_wqe_size(n as u32))?;
+        p.push_recv(wr)?;
         drop(guard);
         if state == QpState::Err {
             // Flushed by the engine (this may run in atomic context).

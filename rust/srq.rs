@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Shared receive queues (rxe's `rxe_srq.c`): a receive ring shared by QPs, resize and the
-//! limit event.
+//! limit event. A user's SRQ ring is mapped into its process; a kernel consumer's (nvmet-rdma
+//! with `use_srq=1`, ib_srpt) is in kernel memory and posted to through `ib_post_srq_recv`, in
+//! any context.
 
 use crate::{
     device::{Device, Pd, UContext},
+    ib::verbs::RecvWr,
     ib::{
         abi,
         event::Events,
@@ -12,13 +15,13 @@ use crate::{
         verbs::{srq_mask, Event, SrqAttr},
     },
     limit::Token,
-    qp::RecvSlot,
+    qp::{Producer, RecvSlot},
     queue::Queue,
 };
 use kernel::{
-    new_mutex,
+    new_mutex, new_spinlock_irq,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, SpinLockIrq},
 };
 
 /// Maximum number of SRQs per device.
@@ -30,7 +33,7 @@ pub(crate) const MAX_SRQ_SGE: u32 = 32;
 
 struct State {
     /// `None` once destroyed.
-    queue: Option<Queue>,
+    queue: Option<Arc<Queue>>,
     /// The kernel's consumer index.
     cons: u32,
     max_wr: u32,
@@ -52,6 +55,8 @@ pub(crate) struct SrqShared {
 /// The driver data of an SRQ.
 pub(crate) struct Srq {
     pub(crate) shared: Arc<SrqShared>,
+    /// The producer side of a kernel consumer's SRQ. Lock order: the SRQ's state, then this.
+    kernel: Option<Pin<KBox<SpinLockIrq<Producer>>>>,
     _token: Token,
 }
 
@@ -61,14 +66,14 @@ pub(crate) fn recv_wqe_size(sge: u32) -> usize {
 }
 
 impl Srq {
-    /// Creates an SRQ and returns its ring to user space.
+    /// Creates an SRQ: a user's (`user`: its context and udata), whose ring goes to user space,
+    /// or a kernel consumer's.
     pub(crate) fn new(
         dev: &Device,
         pd: &Pd,
-        ctx: &UContext,
+        user: Option<(&UContext, &mut Udata<'_>)>,
         attr: &mut SrqAttr,
         events: &Arc<Events>,
-        udata: &mut Udata<'_>,
     ) -> Result<Self> {
         if attr.max_wr == 0 || attr.max_wr > MAX_SRQ_WR || attr.max_sge > MAX_SRQ_SGE {
             return Err(EINVAL);
@@ -78,10 +83,23 @@ impl Srq {
         }
         let max_sge = attr.max_sge.max(1);
         let token = dev.srqs.take()?;
-        let queue = Queue::new(Some(ctx), attr.max_wr, recv_wqe_size(max_sge))?;
+        let ctx = user.as_ref().map(|(c, _)| *c);
+        let queue = Arc::new(
+            Queue::new(ctx, attr.max_wr, recv_wqe_size(max_sge))?,
+            GFP_KERNEL,
+        )?;
         attr.max_wr = queue.capacity();
         attr.max_sge = max_sge;
-        udata.write(&abi::create_srq_resp(queue.mm_info(), 0))?;
+        let kernel = match user {
+            Some((_, udata)) => {
+                udata.write(&abi::create_srq_resp(queue.mm_info(), 0))?;
+                None
+            }
+            None => Some(KBox::pin_init(
+                new_spinlock_irq!(Producer::new(&queue)?),
+                GFP_KERNEL,
+            )?),
+        };
         let shared = Arc::pin_init(
             pin_init!(SrqShared {
                 pd: pd.data().id,
@@ -98,23 +116,34 @@ impl Srq {
         )?;
         Ok(Self {
             shared,
+            kernel,
             _token: token,
         })
     }
 
-    /// Resizes (keeping queued WQEs) and/or arms the limit.
+    /// Queues a kernel consumer's receive WR (any context).
+    pub(crate) fn post_recv_wr(&self, wr: &RecvWr<'_>) -> Result {
+        let k = self.kernel.as_ref().ok_or(EINVAL)?;
+        if wr.sges.len() > self.shared.max_sge as usize {
+            return Err(EINVAL);
+        }
+        k.lock().push_recv(wr)
+    }
+
+    /// Resizes (keeping queued WQEs) and/or arms the limit; `user` is a user's context and
+    /// udata, `None` for a kernel consumer.
     ///
     /// The SRQ's lock is taken by the engine while it holds other QPs' locks, so nothing under
     /// it touches user memory (which may fault on a stalled FUSE daemon): as rxe does, the
     /// command is read and the new ring's mmap information written to user space before the
     /// lock is taken. A failure after that (queued WQEs or the limit no longer fit) drops the
-    /// new ring; user space maps a new ring only when the command succeeded.
+    /// new ring; user space maps a new ring only when the command succeeded. A kernel
+    /// consumer's posts wait on their lock while the WQEs move to the new ring.
     pub(crate) fn modify(
         &self,
-        ctx: &UContext,
+        user: Option<(&UContext, &mut Udata<'_>)>,
         attr: &SrqAttr,
         mask: u32,
-        udata: &mut Udata<'_>,
     ) -> Result {
         if mask & !(srq_mask::MAX_WR | srq_mask::LIMIT) != 0 {
             return Err(EINVAL);
@@ -125,17 +154,22 @@ impl Srq {
         }
         // The new ring, its mmap information already with user space, and a WQE's buffer.
         let new = if resize {
-            let mut cmd = [0u8; abi::MODIFY_SRQ_CMD];
-            udata.read(&mut cmd)?;
-            let addr = abi::modify_srq_mmap_info_addr(&cmd);
-            let new = Queue::new(Some(ctx), attr.max_wr, recv_wqe_size(self.shared.max_sge))?;
+            let ctx = user.as_ref().map(|(c, _)| *c);
+            let size = recv_wqe_size(self.shared.max_sge);
+            let new = Arc::new(Queue::new(ctx, attr.max_wr, size)?, GFP_KERNEL)?;
             let tmp = KVec::from_elem(0u8, new.elem_size(), GFP_KERNEL)?;
-            udata::write_user(addr, &new.mm_info().to_bytes())?;
+            if let Some((_, udata)) = user {
+                let mut cmd = [0u8; abi::MODIFY_SRQ_CMD];
+                udata.read(&mut cmd)?;
+                let addr = abi::modify_srq_mmap_info_addr(&cmd);
+                udata::write_user(addr, &new.mm_info().to_bytes())?;
+            }
             Some((new, tmp))
         } else {
             None
         };
         let mut s = self.shared.state.lock();
+        let mut producer = self.kernel.as_ref().map(|k| k.lock());
         let old = s.queue.as_ref().ok_or(EINVAL)?;
         let prod = old.producer();
         let queued = old.count(prod, s.cons);
@@ -154,6 +188,9 @@ impl Srq {
             }
             let n = new.take_from(old, s.cons, prod, &mut tmp)?;
             new.set_producer(n);
+            if let Some(p) = producer.as_mut() {
+                p.queue = new.clone();
+            }
             s.cons = 0;
             s.max_wr = new.capacity();
             s.queue = Some(new);

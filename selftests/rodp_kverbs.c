@@ -70,5 +70,6 @@ KVERBS(post_full_ring)
 KVERBS(drain_workqueue)
 KVERBS(drain_softirq)
 KVERBS(drain_unbound_workqueue)
+KVERBS(srq)
 
 TEST_HARNESS_MAIN

@@ -500,6 +500,11 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Queues a kernel consumer's receive WR; may be called in atomic context.
     fn post_recv_wr(qp: &Self::Qp, wr: &RecvWr<'_>) -> Result;
 
+    /// Queues a kernel consumer's receive WR on an SRQ; may be called in atomic context.
+    fn post_srq_recv_wr(_srq: &Self::Srq, _wr: &RecvWr<'_>) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
     /// Prefetches the ranges `sges` of ODP MRs of `pd` (`ibv_advise_mr`) with `flags`
     /// (`IB_UVERBS_ADVISE_MR_FLAG_*`, see [`super::verbs::advise_flags`]).
     fn advise_mr(
@@ -855,6 +860,7 @@ impl<T: Driver> Device<T> {
         destroy_qp: Some(Self::destroy_qp_cb),
         post_send: Some(Self::post_send_cb),
         post_recv: Some(Self::post_recv_cb),
+        post_srq_recv: op_if!(T::HAS_CREATE_SRQ, Self::post_srq_recv_cb),
         poll_cq: Some(Self::poll_cq_cb),
         get_dma_mr: Some(Self::get_dma_mr_cb),
         alloc_mr: op_if!(T::HAS_ALLOC_MR, Self::alloc_mr_cb),

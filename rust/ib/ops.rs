@@ -733,41 +733,30 @@ impl<T: Driver> Device<T> {
     /// is null or valid for writes.
     pub(super) unsafe extern "C" fn post_recv_cb(
         qp: *mut bindings::ib_qp,
-        mut wr: *const bindings::ib_recv_wr,
+        wr: *const bindings::ib_recv_wr,
         bad: *mut *const bindings::ib_recv_wr,
     ) -> c_int {
         // SAFETY: Per the safety requirements.
         let obj = unsafe { Qp::<T>::from_raw(qp) };
         let data = &obj.data().data;
-        let mut ret = Ok(());
-        while !wr.is_null() {
-            // SAFETY: `wr` is a valid WR of the consumer's list.
-            let w = unsafe { &*wr };
-            // SAFETY: As above; both union members are 64 bits, passed back as is.
-            let r = unsafe { sg_list(w.sg_list, w.num_sge) }.and_then(|sges| {
-                T::post_recv_wr(
-                    data,
-                    &RecvWr {
-                        // SAFETY: As above.
-                        wr_id: unsafe { *w.__bindgen_anon_1.wr_id },
-                        sges,
-                    },
-                )
-            });
-            if let Err(e) = r {
-                if !bad.is_null() {
-                    // SAFETY: `bad` is valid for writes.
-                    unsafe { *bad = wr };
-                }
-                ret = Err(e);
-                break;
-            }
-            wr = w.next;
-        }
-        from_result(|| {
-            ret?;
-            Ok(0)
-        })
+        // SAFETY: Per the safety requirements.
+        unsafe { post_recv_list(wr, bad, |r| T::post_recv_wr(data, r)) }
+    }
+
+    /// # Safety
+    ///
+    /// `srq` was set up by `create_srq_cb`; `wr` is a valid list of kernel receive WRs and
+    /// `bad` is null or valid for writes.
+    pub(super) unsafe extern "C" fn post_srq_recv_cb(
+        srq: *mut bindings::ib_srq,
+        wr: *const bindings::ib_recv_wr,
+        bad: *mut *const bindings::ib_recv_wr,
+    ) -> c_int {
+        // SAFETY: Per the safety requirements.
+        let obj = unsafe { Srq::<T>::from_raw(srq) };
+        let data = &obj.data().data;
+        // SAFETY: Per the safety requirements.
+        unsafe { post_recv_list(wr, bad, |r| T::post_srq_recv_wr(data, r)) }
     }
 
     /// # Safety
@@ -867,4 +856,38 @@ impl<T: Driver> Device<T> {
         let (dev, pd) = unsafe { pd_and_device::<T>(pd) };
         Self::new_mr(T::get_dma_mr(dev, pd, access as u32), 0, u64::MAX)
     }
+}
+
+/// Posts a kernel consumer's list of receive WRs with `post`, in order, up to the first that
+/// fails: that one goes to `bad` and its error is returned.
+///
+/// # Safety
+///
+/// `wr` is a valid list of kernel receive WRs and `bad` is null or valid for writes.
+unsafe fn post_recv_list(
+    mut wr: *const bindings::ib_recv_wr,
+    bad: *mut *const bindings::ib_recv_wr,
+    mut post: impl FnMut(&RecvWr<'_>) -> Result,
+) -> c_int {
+    while !wr.is_null() {
+        // SAFETY: `wr` is a valid WR of the consumer's list.
+        let w = unsafe { &*wr };
+        // SAFETY: As above; both union members are 64 bits, passed back as is.
+        let r = unsafe { sg_list(w.sg_list, w.num_sge) }.and_then(|sges| {
+            post(&RecvWr {
+                // SAFETY: As above.
+                wr_id: unsafe { *w.__bindgen_anon_1.wr_id },
+                sges,
+            })
+        });
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: `bad` is valid for writes.
+                unsafe { *bad = wr };
+            }
+            return e.to_errno();
+        }
+        wr = w.next;
+    }
+    0
 }

@@ -172,7 +172,7 @@ nfs_role() {
 	esac
 }
 
-# nvme_role SIDE: NVMe over Fabrics over RDMA (issue 14). A exports a 16 MiB file on tmpfs
+# nvme_role SIDE [srq]: NVMe over Fabrics over RDMA (issue 14). A exports a 16 MiB file on tmpfs
 # as namespace 1 of a subsystem through nvmet's configfs and an RDMA port (4420); B connects
 # with nvme-cli (nvme-rdma: its registrations are FRWR on B's device), writes 4 MiB of random
 # data with O_DIRECT, reads it back and compares, then writes a marker with the data's SHA-256
@@ -180,11 +180,18 @@ nfs_role() {
 NVME_IMG=/tmp/nvme.img
 NVME_NQN=rodp-check2
 nvme_role() {
-	side=$1
+	side=$1 srq=${2:-}
 	cfg=/sys/kernel/config/nvmet
 	case $side in
 	server)
-		modprobe nvmet && modprobe nvmet-rdma || return 1
+		# With "srq", nvmet-rdma's receives go to kernel SRQs (its use_srq=1), a
+		# parameter read at load time.
+		modprobe -r nvmet-rdma 2>/dev/null
+		if [ -n "$srq" ]; then
+			modprobe nvmet-rdma use_srq=1 || return 1
+		else
+			modprobe nvmet-rdma || return 1
+		fi
 		mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 		truncate -s 16M $NVME_IMG
 		sub=$cfg/subsystems/$NVME_NQN
@@ -206,6 +213,9 @@ nvme_role() {
 				s=$(head -c 4M $NVME_IMG | sha256sum)
 				echo "server: $s"
 				[ "$m" = "DONE $s" ] && nrc=0
+				srqs=$(rdma resource show srq 2>/dev/null | grep -c "dev $dev ")
+				echo "SRQs on $dev: $srqs"
+				if [ -n "$srq" ] && [ "$srqs" = 0 ]; then nrc=1; fi
 				break
 				;;
 			esac
@@ -518,7 +528,7 @@ cases() {
 	case2 "wire_ops vanish" rodp rodp ops_role -v
 	case2 "nfs 4.2" rodp rodp nfs_role 4.2
 	case2 "nfs 3" rodp rodp nfs_role 3
-	case2 "nvme" rodp rodp nvme_role
+	case2 "nvme srq" rodp rodp nvme_role srq
 }
 
 # The first barrier waits for the other guest to boot.

@@ -50,7 +50,7 @@ MODULE_PARM_DESC(test, "test to run");
 struct t {
 	struct ib_device *dev;
 	struct ib_pd *pd;
-	struct ib_cq *cq[2];
+	struct ib_cq *cq[3];	/* one per QP; [2]: a test's own, if it makes one */
 	struct ib_qp *qp[2];
 	union ib_gid gid;
 	u32 gid_index;
@@ -154,12 +154,12 @@ static int reset_both(struct t *t)
 
 static void teardown(struct t *t)
 {
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 2; i++)
 		if (!IS_ERR_OR_NULL(t->qp[i]))
 			ib_destroy_qp(t->qp[i]);
+	for (int i = 0; i < 3; i++)
 		if (!IS_ERR_OR_NULL(t->cq[i]))
 			ib_free_cq(t->cq[i]);
-	}
 	if (!IS_ERR_OR_NULL(t->pd))
 		ib_dealloc_pd(t->pd);
 	kfree(t->buf);
@@ -829,6 +829,166 @@ out:
 	return ret;
 }
 
+/* ---- shared receive queues --------------------------------------------------------- */
+
+static void srq_event(struct ib_event *e, void *ctx)
+{
+	if (e->event == IB_EVENT_SRQ_LIMIT_REACHED)
+		atomic_inc(ctx);
+}
+
+/* A SEND of 16 bytes of the value v from QP i into whatever receive its peer takes. */
+static int send16(struct t *t, int i, u8 v)
+{
+	struct ib_sge s = sge(t, BUF / 2 + 4096 * i, 16);
+	struct ib_send_wr w = { .opcode = IB_WR_SEND, .sg_list = &s, .num_sge = 1,
+				.send_flags = IB_SEND_SIGNALED };
+
+	memset(t->buf + BUF / 2 + 4096 * i, v, 16);
+	return ib_post_send(t->qp[i], &w, NULL);
+}
+
+/* Receive n of the SRQ test: 64 bytes at BUF/4 + 64 n, wr_id 100 + n. */
+static struct ib_recv_wr srq_wr(struct t *t, struct ib_sge *r, u32 n)
+{
+	*r = sge(t, BUF / 4 + 64 * (n % 64), 64);
+	return (struct ib_recv_wr){ .sg_list = r, .num_sge = 1, .wr_id = 100 + n };
+}
+
+/*
+ * A kernel SRQ shared by two QPs (nvmet-rdma's use_srq=1): QP 0 and QP 1 each SEND to a QP of
+ * their own on the SRQ; the receives are taken in the order they were posted, whichever QP
+ * the message came to, and the data lands in the one taken. Then the SRQ's rules: too many
+ * SGEs (EINVAL, bad_wr), a full SRQ (ENOMEM, bad_wr), the limit event, a resize keeping
+ * the queued receives in order, and ib_drain_qp of a QP on the SRQ (its last-WQE event).
+ */
+static int srq(struct t *t)
+{
+	struct ib_srq_init_attr si = { .attr = { .max_wr = 8, .max_sge = 2 } };
+	struct ib_qp *q[2] = {};
+	struct ib_srq *srq = NULL;
+	struct ib_sge r, many[3];
+	struct ib_recv_wr rw, *chain = NULL;
+	const struct ib_recv_wr *bad;
+	struct ib_srq_attr a = {};
+	atomic_t limit_events;
+	struct ib_wc wc;
+	u32 cap, next = 0, taken = 0;
+	unsigned long t0;
+	int ret;
+
+	/* The receives on the SRQ complete on a CQ of their own, polled as CQ 2. */
+	t->cq[2] = ib_alloc_cq(t->dev, NULL, 128, 0, IB_POLL_DIRECT);
+	if (IS_ERR(t->cq[2]))
+		return PTR_ERR(t->cq[2]);
+	atomic_set(&limit_events, 0);
+	si.event_handler = srq_event;
+	si.srq_context = &limit_events;
+	srq = ib_create_srq(t->pd, &si);
+	if (IS_ERR(srq)) {
+		ret = PTR_ERR(srq);
+		srq = NULL;
+		goto out;
+	}
+	cap = si.attr.max_wr;
+	check(cap >= 8 && cap < 64, "max_wr %u", cap);
+	for (int i = 0; i < 2; i++) {
+		struct ib_qp_init_attr init = {
+			.qp_type = IB_QPT_RC, .sq_sig_type = IB_SIGNAL_ALL_WR, .srq = srq,
+			.send_cq = t->cq[2], .recv_cq = t->cq[2],
+			.cap = { .max_send_wr = 4, .max_send_sge = 1 },
+		};
+		struct ib_qp_attr reset = { .qp_state = IB_QPS_RESET };
+
+		q[i] = ib_create_qp(t->pd, &init);
+		if (IS_ERR(q[i])) {
+			ret = PTR_ERR(q[i]);
+			q[i] = NULL;
+			goto out;
+		}
+		try(ib_modify_qp(t->qp[i], &reset, IB_QP_STATE));
+		try(to_rts(t, t->qp[i], q[i]->qp_num));
+		try(to_rts(t, q[i], t->qp[i]->qp_num));
+	}
+	for (int n = 0; n < 4; n++) {
+		rw = srq_wr(t, &r, next++);
+		try(ib_post_srq_recv(srq, &rw, NULL));
+	}
+	/* 0x10 from QP 0, 0x11 from QP 1, 0x12 from QP 0, 0x13 from QP 1, one at a time. */
+	for (int n = 0; n < 4; n++) {
+		try(send16(t, n % 2, 0x10 + n));
+		try(expect(t, n % 2, IB_WC_SUCCESS, IB_WC_SEND, NULL));
+		try(expect(t, 2, IB_WC_SUCCESS, IB_WC_RECV, &wc));
+		check(wc.wr_id == 100 + taken && wc.qp == q[n % 2] && wc.byte_len == 16,
+		      "receive %d: wr_id %llu on QP %u, %u bytes", n, wc.wr_id, wc.qp->qp_num,
+		      wc.byte_len);
+		check(t->buf[BUF / 4 + 64 * taken] == 0x10 + n &&
+		      t->buf[BUF / 4 + 64 * taken + 15] == 0x10 + n, "receive %d: data", n);
+		taken++;
+	}
+	/* More SGEs than the SRQ has. */
+	many[0] = many[1] = many[2] = sge(t, BUF / 4, 8);
+	rw = (struct ib_recv_wr){ .sg_list = many, .num_sge = 3 };
+	bad = NULL;
+	ret = ib_post_srq_recv(srq, &rw, &bad);
+	check(ret == -EINVAL && bad == &rw, "3 SGEs: %d", ret);
+	/* cap + 1 receives: the last finds the SRQ full. */
+	chain = kcalloc(cap + 1, sizeof(*chain), GFP_KERNEL);
+	if (!chain) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (u32 n = 0; n <= cap; n++) {
+		chain[n] = srq_wr(t, &r, next + n);
+		chain[n].next = n < cap ? &chain[n + 1] : NULL;
+	}
+	bad = NULL;
+	ret = ib_post_srq_recv(srq, chain, &bad);
+	check(ret == -ENOMEM && bad == &chain[cap], "full: %d, bad_wr at %ld of %u", ret,
+	      bad ? (long)(bad - chain) : -1L, cap);
+	next += cap;
+	/* The limit armed at cap: the next receive taken leaves cap - 1 and raises the event. */
+	a.srq_limit = cap;
+	try(ib_modify_srq(srq, &a, IB_SRQ_LIMIT));
+	try(send16(t, 0, 0x20));
+	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_SEND, NULL));
+	try(expect(t, 2, IB_WC_SUCCESS, IB_WC_RECV, &wc));
+	check(wc.wr_id == 100 + taken, "after the limit: wr_id %llu", wc.wr_id);
+	taken++;
+	for (int i = 0; i < 100 && !atomic_read(&limit_events); i++)
+		msleep(20);
+	check(atomic_read(&limit_events) == 1, "%d limit events", atomic_read(&limit_events));
+	/* Grown to twice the size: the cap - 1 receives queued are taken next, in order. */
+	a.max_wr = 2 * cap;
+	try(ib_modify_srq(srq, &a, IB_SRQ_MAX_WR));
+	try(ib_query_srq(srq, &a));
+	check(a.max_wr >= 2 * cap, "max_wr %u after the resize", a.max_wr);
+	rw = srq_wr(t, &r, next++);
+	try(ib_post_srq_recv(srq, &rw, NULL));
+	for (u32 n = 0; n < cap; n++) {
+		try(send16(t, 1, 0x30));
+		try(expect(t, 1, IB_WC_SUCCESS, IB_WC_SEND, NULL));
+		try(expect(t, 2, IB_WC_SUCCESS, IB_WC_RECV, &wc));
+		check(wc.wr_id == 100 + taken && wc.qp == q[1], "after the resize %u: wr_id %llu",
+		      n, wc.wr_id);
+		taken++;
+	}
+	/* Draining a QP on an SRQ waits for its last-WQE event (60 s when none comes). */
+	t0 = jiffies;
+	ib_drain_qp(q[0]);
+	check(time_before(jiffies, t0 + 10 * HZ), "ib_drain_qp took %u ms",
+	      jiffies_to_msecs(jiffies - t0));
+	ret = 0;
+out:
+	for (int i = 0; i < 2; i++)
+		if (q[i])
+			ib_destroy_qp(q[i]);
+	if (srq)
+		ib_destroy_srq(srq);
+	kfree(chain);
+	return ret;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(struct t *t);
@@ -846,6 +1006,7 @@ static const struct {
 	{ "drain_workqueue", drain, IB_POLL_WORKQUEUE },
 	{ "drain_softirq", drain, IB_POLL_SOFTIRQ },
 	{ "drain_unbound_workqueue", drain, IB_POLL_UNBOUND_WORKQUEUE },
+	{ "srq", srq, IB_POLL_DIRECT },
 };
 
 static int __init kverbs_init(void)
