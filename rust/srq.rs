@@ -153,7 +153,7 @@ impl Srq {
             return Err(EINVAL);
         }
         // The new ring, its mmap information already with user space, and a WQE's buffer.
-        let new = if resize {
+        let mut new = if resize {
             let ctx = user.as_ref().map(|(c, _)| *c);
             let size = recv_wqe_size(self.shared.max_sge);
             let new = Arc::new(Queue::new(ctx, attr.max_wr, size)?, GFP_KERNEL)?;
@@ -168,6 +168,8 @@ impl Srq {
         } else {
             None
         };
+        // The kernel producer's old ring, freed (vfree, which may sleep) after both locks go.
+        let mut retired: Option<Arc<Queue>> = None;
         let mut s = self.shared.state.lock();
         let mut producer = self.kernel.as_ref().map(|k| k.lock());
         let old = s.queue.as_ref().ok_or(EINVAL)?;
@@ -182,20 +184,24 @@ impl Srq {
         if mask & srq_mask::LIMIT != 0 && limit > max_wr {
             return Err(EINVAL);
         }
-        if let Some((new, mut tmp)) = new {
+        // Borrowed, not moved: on an early return the new ring too is freed after the locks.
+        if let Some((new, tmp)) = &mut new {
             if max_wr < queued || max_wr < limit {
                 return Err(EINVAL);
             }
-            let n = new.take_from(old, s.cons, prod, &mut tmp)?;
+            let n = new.take_from(old, s.cons, prod, tmp)?;
             new.set_producer(n);
             if let Some(p) = producer.as_mut() {
-                p.queue = new.clone();
+                retired = Some(core::mem::replace(&mut p.queue, new.clone()));
             }
             s.cons = 0;
             s.max_wr = new.capacity();
-            s.queue = Some(new);
+            s.queue = Some(new.clone());
         }
         s.limit = limit;
+        drop(producer);
+        drop(s);
+        drop(retired);
         Ok(())
     }
 
