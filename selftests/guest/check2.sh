@@ -204,8 +204,12 @@ nvme_role() {
 		echo "$addr_a" > $cfg/ports/1/addr_traddr
 		echo 4420 > $cfg/ports/1/addr_trsvcid
 		ln -s $sub $cfg/ports/1/subsystems/$NVME_NQN || return 1
-		nrc=1
+		echo "use_srq: $(cat /sys/module/nvmet_rdma/parameters/use_srq)"
+		nrc=1 srqs=0
 		for i in $(seq 600); do
+			# The SRQs live while a host is connected: counted while waiting.
+			n=$(rdma resource show srq 2>/dev/null | grep -c "dev $dev ")
+			[ "$n" -gt "$srqs" ] && srqs=$n
 			m=$(dd if=$NVME_IMG bs=4096 skip=4095 count=1 2>/dev/null | tr -d '\0')
 			case $m in
 			DONE*)
@@ -213,8 +217,7 @@ nvme_role() {
 				s=$(head -c 4M $NVME_IMG | sha256sum)
 				echo "server: $s"
 				[ "$m" = "DONE $s" ] && nrc=0
-				srqs=$(rdma resource show srq 2>/dev/null | grep -c "dev $dev ")
-				echo "SRQs on $dev: $srqs"
+				echo "SRQs on $dev at most: $srqs"
 				if [ -n "$srq" ] && [ "$srqs" = 0 ]; then nrc=1; fi
 				break
 				;;
