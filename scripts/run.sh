@@ -87,7 +87,8 @@ cp "$RODP_TOP/selftests/guest/init.sh" "$share/guest-init"
 cp "$RODP_TOP/selftests/guest/lib.sh" "$RODP_TOP/selftests/guest/tools.sh" \
 	"$RODP_TOP/selftests/guest/pyverbs.sh" "$RODP_TOP/selftests/pyverbs-gaps" \
 	"$RODP_TOP/selftests/pyverbs-must-pass" "$RODP_TOP/selftests/guest/peer.py" \
-	"$RODP_TOP/selftests/guest/pair.sh" "$RODP_TOP/selftests/guest/$task.sh" "$share/"
+	"$RODP_TOP/selftests/guest/pair.sh" "$RODP_TOP/selftests/guest/storage.sh" \
+	"$RODP_TOP/selftests/guest/$task.sh" "$share/"
 [ "$task" = check ] && cp "$RODP_TOP/selftests/guest/check2.sh" "$share/"
 [ "$task" = bench ] && cp "$RODP_TOP/selftests/guest/bench2.sh" "$share/"
 cp -a "$RODP_TOP/selftests/build" "$share/tests"

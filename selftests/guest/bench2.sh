@@ -13,6 +13,7 @@
 # it leaves the CPU to the driver at once, so these figures measure the drivers more than the
 # scheduler. perftest has no events for WRITE nor with -D, so these run a fixed count (-n).
 . /mnt/rodp/pair.sh
+. /mnt/rodp/storage.sh
 # RODP_BENCH_CASES and RODP_BENCH_PAIRS (space-separated, same forms) run a subset.
 cases=${RODP_BENCH_CASES:-"ib_write_bw:65536 ib_read_bw:65536 ib_send_bw:65536 ib_write_bw:4096
 ib_atomic_bw:8 ib_read_bw:65536:e ib_send_bw:65536:e ib_atomic_bw:8:e
@@ -103,6 +104,60 @@ for p in $pairs; do
 		fi
 	done
 done
+
+# Storage (issue 14), like with like (rxe<->rxe, rodp<->rodp): B reads and writes A's NFS
+# export (NFSv4.2, O_DIRECT, 1 MiB requests, 4 in flight) and A's NVMe over Fabrics namespace
+# (1 MiB sequential writes and reads, 4 in flight; 4 KiB random reads, 32 in flight), each
+# for RODP_BENCH_STORAGE_SECS (10) seconds with selftests/bench_blk. RODP_BENCH_STORAGE=0
+# leaves them out.
+: > "$res/bench2.storage"
+bb=/mnt/rodp/tests/bench_blk
+secs=${RODP_BENCH_STORAGE_SECS:-10}
+[ "${RODP_BENCH_STORAGE:-1}" = 0 ] && storage_pairs= || storage_pairs="rxe:rxe rodp:rodp"
+# fig OUT: the second (MiB/s) or first (IOPS, with "iops") figure of bench_blk's output OUT.
+fig() { set -- $1 ${2:-}; [ $# -ge 2 ] || { echo n/a; return; }; [ "${3:-}" = iops ] && echo "$1" || echo "$2"; }
+for p in $storage_pairs; do
+	[ "$role" = a ] && mine=${p%%:*} || mine=${p##*:}
+	rc=0
+	use_driver "$mine" > /tmp/setup 2>&1 || { rc=1; cat /tmp/setup; }
+	peer=$(sync_peer "storage setup $p" $rc) || exit 1
+	[ $rc = 0 ] && [ "$peer" = 0 ] || { echo "$p: no devices"; continue; }
+	if [ "$role" = a ]; then
+		nfs_up 160 > /tmp/storage.log 2>&1
+		sync_peer "nfs up $p" $? > /dev/null || exit 1
+		figs=$(sync_peer "nfs done $p") || exit 1
+		nfs_down >> /tmp/storage.log 2>&1
+		nvme_up 160 >> /tmp/storage.log 2>&1
+		sync_peer "nvme up $p" $? > /dev/null || exit 1
+		figs="$figs $(sync_peer "nvme done $p")" || exit 1
+		nvme_down >> /tmp/storage.log 2>&1 || cat /tmp/storage.log
+		set -- $figs
+		for t in nfs_write nfs_read nvme_write nvme_read nvme_randread; do
+			echo "$p $t ${1:-n/a}" >> "$res/bench2.storage"
+			shift
+		done
+	else
+		w=n/a r=n/a
+		if [ "$(sync_peer "nfs up $p")" = 0 ] && nfs_mount 4.2 > /tmp/storage.log 2>&1; then
+			w=$(fig "$($bb write /mnt/nfs/big 128 "$secs" 2>> /tmp/storage.log)")
+			# What the writes reached, in MiB (they wrap at 128 MiB).
+			mb=$(($(stat -c %s /mnt/nfs/big) >> 20))
+			[ $mb -ge 4 ] && r=$(fig "$($bb read /mnt/nfs/big $mb "$secs" 2>> /tmp/storage.log)")
+			umount /mnt/nfs
+		fi
+		sync_peer "nfs done $p" "$w $r" > /dev/null || exit 1
+		w=n/a r=n/a q=n/a
+		if [ "$(sync_peer "nvme up $p")" = 0 ] && nvme_connect >> /tmp/storage.log 2>&1; then
+			w=$(fig "$($bb write "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
+			r=$(fig "$($bb read "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
+			q=$(fig "$($bb randread "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)" iops)
+			nvme_disconnect >> /tmp/storage.log 2>&1
+		fi
+		sync_peer "nvme done $p" "$w $r $q" > /dev/null || exit 1
+		case "$w $r $q" in *n/a*) cat /tmp/storage.log ;; esac
+	fi
+done
+
 rdma_links_delete
 rmmod rdma_rxe 2>/dev/null
 rmmod rodp 2>/dev/null
@@ -146,3 +201,20 @@ awk '
 			}
 		}
 	}' "$res/bench2.raw" | tee "$res/bench2.table"
+[ -s "$res/bench2.storage" ] || exit 0
+echo
+awk '
+	{ fig[$1, $2] = $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }
+	END {
+		printf "%-14s %-26s %6s %10s %10s %9s\n", "storage", "I/O", "unit", "rxe-rxe",
+			"rodp-rodp", "rodp/rxe"
+		for (i = 1; i <= n; i++) {
+			o = order[i]
+			io = o ~ /randread/ ? "4 KiB random read, QD 32" : o ~ /read/ ? \
+				"1 MiB sequential read" : "1 MiB sequential write"
+			printf "%-14s %-26s %6s %10s %10s %9s\n", o, io,
+				o ~ /randread/ ? "IOPS" : "MiB/s", fig["rxe:rxe", o], fig["rodp:rodp", o],
+				ratio(fig["rodp:rodp", o], fig["rxe:rxe", o])
+		}
+	}' "$res/bench2.storage" | tee -a "$res/bench2.table"

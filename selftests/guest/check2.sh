@@ -6,6 +6,7 @@
 # peer fails the run rather than stalling it. A writes results/check2.tap (a case passes when
 # both halves exit 0); both guests record their times, kernel log and kmemleak report.
 . /mnt/rodp/pair.sh
+. /mnt/rodp/storage.sh
 timing boot 0,0
 # RODP_TESTS2: globs of case names ("ibv_rc_pingpong rxe-rxe"); default all.
 filter2=${RODP_TESTS2:-*}
@@ -102,32 +103,16 @@ rping_role() {
 # vanishes (takes its link down for 6 s) after B's first WRITE, and B's next WRITE must end in
 # RETRY_EXC_ERR within the time its QP's timeout and retry_cnt imply. With -s: 48 WRITEs and a
 # SEND each way at once (pipelined), the data compared on both sides; -r N: N such rounds.
-# nfs_role SIDE VERSION: NFS over RDMA (issue 14). The server exports a tmpfs with nfsd
-# listening on RDMA port 20049 (rpcbind and rpc.mountd run for the export table and NFSv3's
-# MOUNT); the client mounts it with proto=rdma (xprtrdma: its FRWR registrations run on the
-# client's device), writes 4 MiB of random data and 32 small files, unmounts, mounts again and
-# reads everything back, then writes the data's checksum to the export; the server waits for
-# that file and checks its own copy against it.
+# nfs_role SIDE VERSION: NFS over RDMA (storage.sh). The client mounts the server's export,
+# writes 4 MiB of random data and 32 small files, unmounts, mounts again and reads everything
+# back, then writes the data's checksum to the export; the server waits for that file and
+# checks its own copy against it.
 NFS_MB=4
 nfs_role() {
 	side=$1 vers=$2
 	case $side in
 	server)
-		modprobe nfsd && modprobe rpcrdma || return 1
-		mountpoint -q /proc/fs/nfsd || mount -t nfsd nfsd /proc/fs/nfsd || return 1
-		mkdir -p /srv/nfs /var/lib/nfs/rpc_pipefs
-		mount -t tmpfs -o size=64m tmpfs /srv/nfs || return 1
-		: > /etc/exports
-		echo 10 > /proc/fs/nfsd/nfsv4gracetime
-		echo 10 > /proc/fs/nfsd/nfsv4leasetime
-		rpcbind && exportfs -o rw,no_root_squash,insecure,no_subtree_check,fsid=1 \
-			"$addr_b:/srv/nfs" && rpc.mountd && rpc.nfsd --rdma=20049 4 || return 1
-		# A fresh server has no clients whose state it could reclaim: the NFSv4 grace
-		# period (90 s of NFS4ERR_GRACE to a client's first OPEN) ends at once, as nfsdcld
-		# would end it (nfsdcld itself did not attach in time here: nfsd waits 1 s for it).
-		# The grace time above bounds it if this fails.
-		echo Y > /proc/fs/nfsd/v4_end_grace
-		cat /proc/fs/nfsd/portlist
+		nfs_up 64 || return 1
 		nrc=1
 		for i in $(seq 600); do
 			if [ -s /srv/nfs/done ]; then
@@ -139,25 +124,18 @@ nfs_role() {
 			fi
 			sleep 0.5
 		done
-		rpc.nfsd 0
-		exportfs -ua
-		pkill rpc.mountd
-		pkill rpcbind
-		umount /srv/nfs
+		nfs_down
 		return $nrc
 		;;
-	ready) grep -q rdma /proc/fs/nfsd/portlist 2>/dev/null ;;
+	ready) nfs_ready ;;
 	client)
-		modprobe rpcrdma || return 1
-		mkdir -p /mnt/nfs
-		opts="vers=$vers,proto=rdma,port=20049,nolock"
-		run mount -t nfs -o "$opts" "$addr_a:/srv/nfs" /mnt/nfs || return 1
+		nfs_mount "$vers" || return 1
 		head -c ${NFS_MB}M /dev/urandom > /tmp/nfs.data
 		nrc=0
 		run cp /tmp/nfs.data /mnt/nfs/data || nrc=1
 		for i in $(seq 32); do echo "file $i" > /mnt/nfs/f$i || nrc=1; done
 		run umount /mnt/nfs || nrc=1
-		run mount -t nfs -o "$opts" "$addr_a:/srv/nfs" /mnt/nfs || return 1
+		nfs_mount "$vers" || return 1
 		run cmp /tmp/nfs.data /mnt/nfs/data || nrc=1
 		for i in $(seq 32); do
 			read -r line < /mnt/nfs/f$i
@@ -172,43 +150,20 @@ nfs_role() {
 	esac
 }
 
-# nvme_role SIDE [srq]: NVMe over Fabrics over RDMA (issue 14). A exports a 16 MiB file on tmpfs
-# as namespace 1 of a subsystem through nvmet's configfs and an RDMA port (4420); B connects
-# with nvme-cli (nvme-rdma: its registrations are FRWR on B's device), writes 4 MiB of random
-# data with O_DIRECT, reads it back and compares, then writes a marker with the data's SHA-256
-# into the last block and disconnects; A waits for the marker and checks its file against it.
-NVME_IMG=/tmp/nvme.img
-NVME_NQN=rodp-check2
+# nvme_role SIDE [srq]: NVMe over Fabrics over RDMA (storage.sh): A's target exports 16 MiB;
+# B writes 4 MiB of random data with O_DIRECT, reads it back and compares, then writes a
+# marker with the data's SHA-256 into the last block and disconnects; A waits for the marker
+# and checks its file against it. With "srq" the target's receives go through kernel SRQs on
+# A's device (at least one must exist while the host is connected).
 nvme_role() {
 	side=$1 srq=${2:-}
-	cfg=/sys/kernel/config/nvmet
 	case $side in
 	server)
-		# With "srq", nvmet-rdma's receives go to kernel SRQs (its use_srq=1), a
-		# parameter read at load time.
-		modprobe -r nvmet-rdma 2>/dev/null
-		if [ -n "$srq" ]; then
-			modprobe nvmet-rdma use_srq=1 || return 1
-		else
-			modprobe nvmet-rdma || return 1
-		fi
-		mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-		truncate -s 16M $NVME_IMG
-		sub=$cfg/subsystems/$NVME_NQN
-		mkdir $sub $sub/namespaces/1 $cfg/ports/1 || return 1
-		echo 1 > $sub/attr_allow_any_host
-		echo $NVME_IMG > $sub/namespaces/1/device_path
-		echo 1 > $sub/namespaces/1/enable
-		echo rdma > $cfg/ports/1/addr_trtype
-		echo ipv4 > $cfg/ports/1/addr_adrfam
-		echo "$addr_a" > $cfg/ports/1/addr_traddr
-		echo 4420 > $cfg/ports/1/addr_trsvcid
-		ln -s $sub $cfg/ports/1/subsystems/$NVME_NQN || return 1
-		echo "use_srq: $(cat /sys/module/nvmet_rdma/parameters/use_srq)"
+		nvme_up 16 $srq || return 1
 		nrc=1 srqs=0
 		for i in $(seq 600); do
 			# The SRQs live while a host is connected: counted while waiting.
-			n=$(rdma resource show srq 2>/dev/null | grep -c "dev $dev ")
+			n=$(nvme_srqs)
 			[ "$n" -gt "$srqs" ] && srqs=$n
 			m=$(dd if=$NVME_IMG bs=4096 skip=4095 count=1 2>/dev/null | tr -d '\0')
 			case $m in
@@ -224,58 +179,24 @@ nvme_role() {
 			esac
 			sleep 0.5
 		done
-		# Teardown, in the order that keeps lockdep quiet: nvmet runs a command that
-		# arrived before the CM's ESTABLISHED event inside the CM's handler (under the
-		# listener's handler_mutex, and it takes nvmet_config_sem), while unlinking a port
-		# takes nvmet_config_sem and then destroys the listener (its handler_mutex): a
-		# circular dependency in nvmet, whatever the device. So: the host disconnects
-		# first (its queues' QPs go), then the device goes (rdma_cm destroys the listener
-		# itself on DEVICE_REMOVAL), and only then the port is unlinked; the device comes
-		# back for the cases after this one.
-		for i in $(seq 150); do
-			rdma resource show qp link "$dev/1" 2>/dev/null | grep -q 'type RC' || break
-			sleep 0.2
-		done
-		rdma resource show qp link "$dev/1" 2>/dev/null | grep 'type RC' && nrc=1
-		rdma link delete "$dev"
-		rm -f $cfg/ports/1/subsystems/$NVME_NQN
-		rmdir $cfg/ports/1
-		echo 0 > $sub/namespaces/1/enable
-		rmdir $sub/namespaces/1 $sub
-		rm -f $NVME_IMG
-		rdma link add "$dev" type "${dev%0}" netdev "$nic" || nrc=1
+		nvme_down || nrc=1
 		return $nrc
 		;;
-	ready) rdma resource show cm_id 2>/dev/null | grep -q LISTEN ;;
+	ready) nvme_ready ;;
 	client)
-		modprobe nvme-rdma || return 1
-		hostnqn=nqn.2014-08.org.nvmexpress:uuid:$(cat /proc/sys/kernel/random/uuid)
-		run nvme connect -t rdma -a "$addr_a" -s 4420 -n $NVME_NQN --hostnqn=$hostnqn ||
-			return 1
-		blk=
-		for i in $(seq 100); do
-			for b in /sys/class/nvme/nvme*/nvme*n1; do
-				[ -e "$b" ] && [ "$(cat "${b%/*}/subsysnqn")" = $NVME_NQN ] &&
-					blk=/dev/${b##*/}
-			done
-			[ -n "$blk" ] && [ -b "$blk" ] && break
-			sleep 0.2
-		done
-		echo "namespace: ${blk:-none}"
+		nvme_connect || return 1
 		nrc=1
-		if [ -n "$blk" ]; then
-			head -c 4M /dev/urandom > /tmp/nvme.data
-			run dd if=/tmp/nvme.data of="$blk" bs=64k oflag=direct status=none &&
-				run dd if="$blk" of=/tmp/nvme.back bs=64k count=64 iflag=direct \
-					status=none &&
-				cmp /tmp/nvme.data /tmp/nvme.back && nrc=0
-			{ printf 'DONE %s' "$(sha256sum < /tmp/nvme.data)"; head -c 4096 /dev/zero; } |
-				head -c 4096 > /tmp/nvme.mark
-			run dd if=/tmp/nvme.mark of="$blk" bs=4096 seek=4095 oflag=direct status=none ||
-				nrc=1
-			rm -f /tmp/nvme.data /tmp/nvme.back /tmp/nvme.mark
-		fi
-		run nvme disconnect -n $NVME_NQN || nrc=1
+		head -c 4M /dev/urandom > /tmp/nvme.data
+		run dd if=/tmp/nvme.data of="$nvme_blk" bs=64k oflag=direct status=none &&
+			run dd if="$nvme_blk" of=/tmp/nvme.back bs=64k count=64 iflag=direct \
+				status=none &&
+			cmp /tmp/nvme.data /tmp/nvme.back && nrc=0
+		{ printf 'DONE %s' "$(sha256sum < /tmp/nvme.data)"; head -c 4096 /dev/zero; } |
+			head -c 4096 > /tmp/nvme.mark
+		run dd if=/tmp/nvme.mark of="$nvme_blk" bs=4096 seek=4095 oflag=direct status=none ||
+			nrc=1
+		rm -f /tmp/nvme.data /tmp/nvme.back /tmp/nvme.mark
+		nvme_disconnect || nrc=1
 		return $nrc
 		;;
 	esac
