@@ -832,7 +832,12 @@ impl QpShared {
 
     /// Schedules the requester.
     pub(crate) fn kick(self: &Arc<Self>) {
-        let _ = wq::get().enqueue::<_, 0>(self.clone());
+        let q = if self.kernel {
+            wq::reclaim()
+        } else {
+            wq::get()
+        };
+        let _ = q.enqueue::<_, 0>(self.clone());
     }
 
     /// Schedules the QP's fault work (`engine::fault`).

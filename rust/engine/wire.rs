@@ -275,7 +275,7 @@ impl Inbox {
                 return false;
             }
         }
-        let _ = crate::ib::wq::get().enqueue(self.clone());
+        let _ = crate::ib::wq::reclaim().enqueue(self.clone());
         true
     }
 

@@ -872,10 +872,11 @@ unsafe fn post_recv_list(
     while !wr.is_null() {
         // SAFETY: `wr` is a valid WR of the consumer's list.
         let w = unsafe { &*wr };
-        // SAFETY: As above; both union members are 64 bits, passed back as is.
+        // SAFETY: The consumer's WR points at `num_sge` valid entries while it is posted.
         let r = unsafe { sg_list(w.sg_list, w.num_sge) }.and_then(|sges| {
             post(&RecvWr {
-                // SAFETY: As above.
+                // SAFETY: Both members of the union (`wr_id`, `wr_cqe`) are 64 bits, passed
+                // back as they are.
                 wr_id: unsafe { *w.__bindgen_anon_1.wr_id },
                 sges,
             })

@@ -869,11 +869,12 @@ static int srq(struct t *t)
 	struct ib_srq *srq = NULL;
 	struct ib_sge r, many[3];
 	struct ib_recv_wr rw, *chain = NULL;
+	struct ib_sge *sgs = NULL;
 	const struct ib_recv_wr *bad;
 	struct ib_srq_attr a = {};
 	atomic_t limit_events;
 	struct ib_wc wc;
-	u32 cap, next = 0, taken = 0;
+	u32 cap, next = 0, taken = 0, posted;
 	unsigned long t0;
 	int ret;
 
@@ -910,9 +911,15 @@ static int srq(struct t *t)
 		try(to_rts(t, t->qp[i], q[i]->qp_num));
 		try(to_rts(t, q[i], t->qp[i]->qp_num));
 	}
+	/* Posted with interrupts off, as from a completion handler (any context). */
 	for (int n = 0; n < 4; n++) {
+		unsigned long flags;
+
 		rw = srq_wr(t, &r, next++);
-		try(ib_post_srq_recv(srq, &rw, NULL));
+		local_irq_save(flags);
+		ret = ib_post_srq_recv(srq, &rw, NULL);
+		local_irq_restore(flags);
+		try(ret);
 	}
 	/* 0x10 from QP 0, 0x11 from QP 1, 0x12 from QP 0, 0x13 from QP 1, one at a time. */
 	for (int n = 0; n < 4; n++) {
@@ -934,12 +941,13 @@ static int srq(struct t *t)
 	check(ret == -EINVAL && bad == &rw, "3 SGEs: %d", ret);
 	/* cap + 1 receives: the last finds the SRQ full. */
 	chain = kcalloc(cap + 1, sizeof(*chain), GFP_KERNEL);
-	if (!chain) {
+	sgs = kcalloc(cap + 1, sizeof(*sgs), GFP_KERNEL);
+	if (!chain || !sgs) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	for (u32 n = 0; n <= cap; n++) {
-		chain[n] = srq_wr(t, &r, next + n);
+		chain[n] = srq_wr(t, &sgs[n], next + n);
 		chain[n].next = n < cap ? &chain[n + 1] : NULL;
 	}
 	bad = NULL;
@@ -965,14 +973,29 @@ static int srq(struct t *t)
 	check(a.max_wr >= 2 * cap, "max_wr %u after the resize", a.max_wr);
 	rw = srq_wr(t, &r, next++);
 	try(ib_post_srq_recv(srq, &rw, NULL));
+	/* Each receive moved with its own SGE: the data lands in the buffer of the one taken. */
 	for (u32 n = 0; n < cap; n++) {
-		try(send16(t, 1, 0x30));
+		try(send16(t, 1, 0x30 + n));
 		try(expect(t, 1, IB_WC_SUCCESS, IB_WC_SEND, NULL));
 		try(expect(t, 2, IB_WC_SUCCESS, IB_WC_RECV, &wc));
 		check(wc.wr_id == 100 + taken && wc.qp == q[1], "after the resize %u: wr_id %llu",
 		      n, wc.wr_id);
+		check(t->buf[BUF / 4 + 64 * (taken % 64)] == 0x30 + n,
+		      "after the resize %u: data %#x", n, t->buf[BUF / 4 + 64 * (taken % 64)]);
 		taken++;
 	}
+	/* The new ring really holds max_wr receives: posting stops there, at ENOMEM. */
+	for (posted = 0; posted <= a.max_wr; posted++) {
+		rw = srq_wr(t, &r, next++);
+		ret = ib_post_srq_recv(srq, &rw, NULL);
+		if (ret)
+			break;
+	}
+	check(ret == -ENOMEM && posted == a.max_wr, "the resized SRQ took %u of %u: %d", posted,
+	      a.max_wr, ret);
+	/* The limit fired once, and stays disarmed. */
+	check(atomic_read(&limit_events) == 1, "%d limit events in all",
+	      atomic_read(&limit_events));
 	/* Draining a QP on an SRQ waits for its last-WQE event (60 s when none comes). */
 	t0 = jiffies;
 	ib_drain_qp(q[0]);
@@ -986,6 +1009,7 @@ out:
 	if (srq)
 		ib_destroy_srq(srq);
 	kfree(chain);
+	kfree(sgs);
 	return ret;
 }
 
