@@ -47,6 +47,19 @@ MODULE_PARM_DESC(test, "test to run");
 		}                                                                      \
 	} while (0)
 
+/* Three separate pages mapped as one range: 3584 bytes from offset 512 of the first, all of
+ * the second, 1000 bytes of the third. */
+#define PIECES 3
+static const u32 piece_off[PIECES] = { 512, 0, 0 };
+static const u32 piece_len[PIECES] = { 3584, 4096, 1000 };
+#define RANGE (3584 + 4096 + 1000)
+
+struct pages {
+	struct page *p[PIECES];
+	struct scatterlist sg[PIECES];
+	int mapped;
+};
+
 struct t {
 	struct ib_device *dev;
 	struct ib_pd *pd;
@@ -56,6 +69,8 @@ struct t {
 	u32 gid_index;
 	u8 *buf;	/* [0, BUF/2): QP 0's, [BUF/2, BUF): QP 1's */
 	u32 max_send_wr;	/* as the device rounded it */
+	struct pages pg;	/* a fast registration test's pages and MR (frwr_mr) */
+	struct ib_mr *mr;
 };
 
 /* ---- the device, found through a client ---------------------------------------------- */
@@ -152,6 +167,8 @@ static int reset_both(struct t *t)
 	return ret ? ret : reset_rts(t, 1);
 }
 
+static void pages_put(struct t *t, struct pages *pg);
+
 static void teardown(struct t *t)
 {
 	for (int i = 0; i < 2; i++)
@@ -160,6 +177,10 @@ static void teardown(struct t *t)
 	for (int i = 0; i < 3; i++)
 		if (!IS_ERR_OR_NULL(t->cq[i]))
 			ib_free_cq(t->cq[i]);
+	if (t->mr)
+		ib_dereg_mr(t->mr);
+	if (t->dev)
+		pages_put(t, &t->pg);
 	if (!IS_ERR_OR_NULL(t->pd))
 		ib_dealloc_pd(t->pd);
 	kfree(t->buf);
@@ -288,19 +309,6 @@ static int local_inv(struct t *t, int i, u32 key)
 	return ib_post_send(t->qp[i], &w, NULL);
 }
 
-/* Three separate pages mapped as one range: 3584 bytes from offset 512 of the first, all of
- * the second, 1000 bytes of the third. */
-#define PIECES 3
-static const u32 piece_off[PIECES] = { 512, 0, 0 };
-static const u32 piece_len[PIECES] = { 3584, 4096, 1000 };
-#define RANGE (3584 + 4096 + 1000)
-
-struct pages {
-	struct page *p[PIECES];
-	struct scatterlist sg[PIECES];
-	int mapped;
-};
-
 static int pages_get(struct t *t, struct pages *pg)
 {
 	sg_init_table(pg->sg, PIECES);
@@ -352,6 +360,22 @@ static struct ib_mr *fast_mr(struct t *t, struct pages *pg, u32 max)
 	return mr;
 }
 
+/* The test's pages and, with room for max blocks, an MR of ib_alloc_mr mapping them (fast_mr)
+ * in t->mr; teardown frees both. */
+static int frwr_mr(struct t *t, u32 max)
+{
+	int ret = pages_get(t, &t->pg);
+
+	if (ret)
+		return ret;
+	t->mr = fast_mr(t, &t->pg, max);
+	if (IS_ERR(t->mr)) {
+		ret = PTR_ERR(t->mr);
+		t->mr = NULL;
+	}
+	return ret;
+}
+
 /* ---- tests --------------------------------------------------------------------------- */
 
 /*
@@ -363,21 +387,15 @@ static int frwr_rdma(struct t *t)
 {
 	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
 			IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC;
-	struct pages pg = {};
-	struct ib_mr *mr = NULL;
+	struct ib_mr *mr;
 	struct ib_wc wc;
 	u8 *src = t->buf + BUF / 2, *dst = t->buf;
 	u64 *word;
 	int ret;
 
-	try(pages_get(t, &pg));
-	mr = fast_mr(t, &pg, 8);
-	if (IS_ERR(mr)) {
-		ret = PTR_ERR(mr);
-		mr = NULL;
-		goto out;
-	}
-	check(mr->iova == (u64)(uintptr_t)page_address(pg.p[0]) + 512 && mr->length == RANGE,
+	try(frwr_mr(t, 8));
+	mr = t->mr;
+	check(mr->iova == (u64)(uintptr_t)page_address(t->pg.p[0]) + 512 && mr->length == RANGE,
 	      "iova %llx length %llu", mr->iova, mr->length);
 	try(reg(t, 0, mr, acc));
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_REG_MR, NULL));
@@ -388,19 +406,19 @@ static int frwr_rdma(struct t *t)
 	try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, RANGE - 100, mr->iova + 100, mr->rkey));
 	try(expect(t, 1, IB_WC_SUCCESS, IB_WC_RDMA_WRITE, NULL));
 	for (u32 i = 0; i < RANGE - 100; i++)
-		check(*range_byte(&pg, 100 + i) == src[i], "byte %u of the range", 100 + i);
+		check(*range_byte(&t->pg, 100 + i) == src[i], "byte %u of the range", 100 + i);
 	for (u32 i = 0; i < 100; i++)
-		check(*range_byte(&pg, i) == 0, "byte %u before the write", i);
-	check(*((u8 *)page_address(pg.p[0]) + 511) == 0, "byte before the mapping");
+		check(*range_byte(&t->pg, i) == 0, "byte %u before the write", i);
+	check(*((u8 *)page_address(t->pg.p[0]) + 511) == 0, "byte before the mapping");
 
 	memset(dst, 0, RANGE);
 	try(rdma(t, 1, IB_WR_RDMA_READ, 0, RANGE - 7, mr->iova + 7, mr->rkey));
 	try(expect(t, 1, IB_WC_SUCCESS, IB_WC_RDMA_READ, NULL));
 	for (u32 i = 0; i < RANGE - 7; i++)
-		check(dst[i] == *range_byte(&pg, 7 + i), "read byte %u", 7 + i);
+		check(dst[i] == *range_byte(&t->pg, 7 + i), "read byte %u", 7 + i);
 
 	/* An atomic at the start of the second page (8-byte aligned). */
-	word = (u64 *)page_address(pg.p[1]);
+	word = (u64 *)page_address(t->pg.p[1]);
 	*word = 40;
 	{
 		struct ib_sge s = sge(t, 0, 8);
@@ -439,12 +457,9 @@ static int frwr_rdma(struct t *t)
 	/* Invalid now: a WRITE through the key is refused, and nothing changes. */
 	try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, 8, mr->iova, mr->rkey));
 	try(expect(t, 1, IB_WC_REM_ACCESS_ERR, 0, NULL));
-	check(*range_byte(&pg, 0) == 0, "a write after the invalidation landed");
+	check(*range_byte(&t->pg, 0) == 0, "a write after the invalidation landed");
 	ret = 0;
 out:
-	if (mr)
-		ib_dereg_mr(mr);
-	pages_put(t, &pg);
 	return ret;
 }
 
@@ -455,23 +470,17 @@ out:
 static int frwr_local_invalidate(struct t *t)
 {
 	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
-	struct pages pg = {};
-	struct ib_mr *mr = NULL;
+	struct ib_mr *mr;
 	int ret;
 
-	try(pages_get(t, &pg));
-	mr = fast_mr(t, &pg, 4);
-	if (IS_ERR(mr)) {
-		ret = PTR_ERR(mr);
-		mr = NULL;
-		goto out;
-	}
+	try(frwr_mr(t, 4));
+	mr = t->mr;
 	try(reg(t, 0, mr, acc));
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_REG_MR, NULL));
 	memset(t->buf + BUF / 2, 0x5a, 16);
 	try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, 16, mr->iova, mr->rkey));
 	try(expect(t, 1, IB_WC_SUCCESS, IB_WC_RDMA_WRITE, NULL));
-	check(*range_byte(&pg, 15) == 0x5a, "first write");
+	check(*range_byte(&t->pg, 15) == 0x5a, "first write");
 
 	try(local_inv(t, 0, mr->rkey));
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_LOCAL_INV, NULL));
@@ -486,12 +495,9 @@ static int frwr_local_invalidate(struct t *t)
 	memset(t->buf + BUF / 2, 0x6b, 16);
 	try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, 16, mr->iova, mr->rkey));
 	try(expect(t, 1, IB_WC_REM_ACCESS_ERR, 0, NULL));
-	check(*range_byte(&pg, 0) == 0x5a, "a write after the invalidation landed");
+	check(*range_byte(&t->pg, 0) == 0x5a, "a write after the invalidation landed");
 	ret = 0;
 out:
-	if (mr)
-		ib_dereg_mr(mr);
-	pages_put(t, &pg);
 	return ret;
 }
 
@@ -499,25 +505,19 @@ out:
 static int frwr_key_rotation(struct t *t)
 {
 	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
-	struct pages pg = {};
-	struct ib_mr *mr = NULL;
+	struct ib_mr *mr;
 	u32 old;
 	int ret;
 
-	try(pages_get(t, &pg));
-	mr = fast_mr(t, &pg, 4);
-	if (IS_ERR(mr)) {
-		ret = PTR_ERR(mr);
-		mr = NULL;
-		goto out;
-	}
+	try(frwr_mr(t, 4));
+	mr = t->mr;
 	for (int round = 0; round < 3; round++) {
 		try(reg(t, 0, mr, acc));
 		try(expect(t, 0, IB_WC_SUCCESS, IB_WC_REG_MR, NULL));
 		memset(t->buf + BUF / 2, 0x10 + round, 16);
 		try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, 16, mr->iova + 16 * round, mr->rkey));
 		try(expect(t, 1, IB_WC_SUCCESS, IB_WC_RDMA_WRITE, NULL));
-		check(*range_byte(&pg, 16 * round + 15) == 0x10 + round, "round %d", round);
+		check(*range_byte(&t->pg, 16 * round + 15) == 0x10 + round, "round %d", round);
 		try(local_inv(t, 0, mr->rkey));
 		try(expect(t, 0, IB_WC_SUCCESS, IB_WC_LOCAL_INV, NULL));
 		old = mr->rkey;
@@ -530,12 +530,9 @@ static int frwr_key_rotation(struct t *t)
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_REG_MR, NULL));
 	try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, 16, mr->iova, old));
 	try(expect(t, 1, IB_WC_REM_ACCESS_ERR, 0, NULL));
-	check(*range_byte(&pg, 0) == 0x10, "a write through the old key landed");
+	check(*range_byte(&t->pg, 0) == 0x10, "a write through the old key landed");
 	ret = 0;
 out:
-	if (mr)
-		ib_dereg_mr(mr);
-	pages_put(t, &pg);
 	return ret;
 }
 
@@ -543,17 +540,11 @@ out:
 static int frwr_reg_twice(struct t *t)
 {
 	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
-	struct pages pg = {};
-	struct ib_mr *mr = NULL;
+	struct ib_mr *mr;
 	int ret;
 
-	try(pages_get(t, &pg));
-	mr = fast_mr(t, &pg, 4);
-	if (IS_ERR(mr)) {
-		ret = PTR_ERR(mr);
-		mr = NULL;
-		goto out;
-	}
+	try(frwr_mr(t, 4));
+	mr = t->mr;
 	try(reg(t, 0, mr, acc));
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_REG_MR, NULL));
 	try(reg(t, 0, mr, acc));
@@ -563,37 +554,30 @@ static int frwr_reg_twice(struct t *t)
 	memset(t->buf + BUF / 2, 0x77, 8);
 	try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, 8, mr->iova, mr->rkey));
 	try(expect(t, 1, IB_WC_SUCCESS, IB_WC_RDMA_WRITE, NULL));
-	check(*range_byte(&pg, 7) == 0x77, "write through the first registration");
+	check(*range_byte(&t->pg, 7) == 0x77, "write through the first registration");
 	ret = 0;
 out:
-	if (mr)
-		ib_dereg_mr(mr);
-	pages_put(t, &pg);
 	return ret;
 }
 
 /* A page list longer than the MR's room maps only what fits. */
 static int frwr_map_past_capacity(struct t *t)
 {
-	struct pages pg = {};
-	struct ib_mr *mr = NULL;
+	struct ib_mr *mr;
 	int ret, n;
 
-	try(pages_get(t, &pg));
+	try(pages_get(t, &t->pg));
 	mr = ib_alloc_mr(t->pd, IB_MR_TYPE_MEM_REG, 2);
 	if (IS_ERR(mr)) {
 		ret = PTR_ERR(mr);
-		mr = NULL;
 		goto out;
 	}
-	n = ib_map_mr_sg(mr, pg.sg, PIECES, NULL, PAGE_SIZE);
+	t->mr = mr;
+	n = ib_map_mr_sg(mr, t->pg.sg, PIECES, NULL, PAGE_SIZE);
 	check(n == 2, "mapped %d of %d into room for 2", n, PIECES);
 	check(mr->length == piece_len[0] + piece_len[1], "length %llu", mr->length);
 	ret = 0;
 out:
-	if (mr)
-		ib_dereg_mr(mr);
-	pages_put(t, &pg);
 	return ret;
 }
 
@@ -606,18 +590,12 @@ out:
 static int frwr_reg_refused(struct t *t)
 {
 	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
-	struct pages pg = {};
-	struct ib_mr *mr = NULL, *other = NULL;
+	struct ib_mr *mr, *other = NULL;
 	struct ib_pd *pd2 = NULL;
 	int ret, n;
 
-	try(pages_get(t, &pg));
-	mr = fast_mr(t, &pg, 4);
-	if (IS_ERR(mr)) {
-		ret = PTR_ERR(mr);
-		mr = NULL;
-		goto out;
-	}
+	try(frwr_mr(t, 4));
+	mr = t->mr;
 	try(reg(t, 0, mr, IB_ACCESS_REMOTE_WRITE));
 	try(expect(t, 0, IB_WC_LOC_QP_OP_ERR, 0, NULL));
 	try(reset_rts(t, 0));
@@ -642,7 +620,7 @@ static int frwr_reg_refused(struct t *t)
 		other = NULL;
 		goto out;
 	}
-	n = ib_map_mr_sg(other, pg.sg, PIECES, NULL, PAGE_SIZE);
+	n = ib_map_mr_sg(other, t->pg.sg, PIECES, NULL, PAGE_SIZE);
 	check(n == PIECES, "mapped %d", n);
 	try(reg(t, 0, other, acc));
 	try(expect(t, 0, IB_WC_LOC_QP_OP_ERR, 0, NULL));
@@ -656,9 +634,6 @@ out:
 		ib_dereg_mr(other);
 	if (pd2)
 		ib_dealloc_pd(pd2);
-	if (mr)
-		ib_dereg_mr(mr);
-	pages_put(t, &pg);
 	return ret;
 }
 
