@@ -185,7 +185,7 @@ FIXTURE_TEARDOWN(race)
 
 TEST_F_TIMEOUT(race, link_delete_while_contexts_churn, 600)
 {
-	for (int i = 0; i < 20; i++) {
+	for (int i = 0; i < 10; i++) {
 		usleep(200000);
 		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
 		ASSERT_EQ(0, sh(NULL, 0, "rdma link add rodp0 type rodp netdev veth0"));
@@ -196,7 +196,7 @@ TEST_F_TIMEOUT(race, link_delete_while_contexts_churn, 600)
 
 TEST_F_TIMEOUT(race, rmmod_while_contexts_churn, 600)
 {
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < 3; i++) {
 		usleep(200000);
 		ASSERT_EQ(0, sh(NULL, 0, "rmmod rodp"));
 		EXPECT_FALSE(dev_listed("rodp0"));
@@ -206,7 +206,7 @@ TEST_F_TIMEOUT(race, rmmod_while_contexts_churn, 600)
 
 TEST_F_TIMEOUT(race, netdev_delete_while_contexts_churn, 600)
 {
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < 5; i++) {
 		ASSERT_EQ(0, sh(NULL, 0, "ip link add rdum1 type dummy && ip link set rdum1 up"));
 		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0; rdma link add rodp0 type rodp netdev rdum1"));
 		usleep(200000);
@@ -306,7 +306,7 @@ FIXTURE_TEARDOWN(busy)
 
 TEST_F_TIMEOUT(busy, link_delete_during_traffic, 600)
 {
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < 5; i++) {
 		long before = self->traffic.ops;
 
 		for (int j = 0; j < 100 && self->traffic.ops == before; j++)
@@ -314,12 +314,12 @@ TEST_F_TIMEOUT(busy, link_delete_during_traffic, 600)
 		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
 		ASSERT_EQ(0, sh(NULL, 0, "rdma link add rodp0 type rodp netdev veth0"));
 	}
-	EXPECT_LT(10, self->traffic.ops);
+	EXPECT_LT(5, self->traffic.ops);
 }
 
 TEST_F_TIMEOUT(busy, rmmod_during_traffic, 600)
 {
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 3; i++) {
 		long before = self->traffic.ops;
 
 		for (int j = 0; j < 100 && self->traffic.ops == before; j++)
@@ -328,7 +328,7 @@ TEST_F_TIMEOUT(busy, rmmod_during_traffic, 600)
 		EXPECT_FALSE(dev_listed("rodp0"));
 		ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	}
-	EXPECT_LT(5, self->traffic.ops);
+	EXPECT_LT(3, self->traffic.ops);
 }
 
 TEST_HARNESS_MAIN

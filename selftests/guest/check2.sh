@@ -103,16 +103,29 @@ rping_role() {
 # vanishes (takes its link down for 6 s) after B's first WRITE, and B's next WRITE must end in
 # RETRY_EXC_ERR within the time its QP's timeout and retry_cnt imply. With -s: 48 WRITEs and a
 # SEND each way at once (pipelined), the data compared on both sides; -r N: N such rounds.
-# nfs_role SIDE VERSION: NFS over RDMA (storage.sh). The client mounts the server's export,
-# writes 4 MiB of random data and 32 small files, unmounts, mounts again and reads everything
-# back, then writes the data's checksum to the export; the server waits for that file and
-# checks its own copy against it.
+# nfs_role SIDE VERSION [down]: NFS over RDMA (storage.sh). The client mounts the server's
+# export, writes 4 MiB of random data and 32 small files, unmounts, mounts again and reads
+# everything back, then writes the data's checksum to the export; the server waits for that
+# file and checks its own copy against it. With "down" the server takes its link down for
+# 10 s once the first MiB has arrived: the client's transport reconnects once the link is back
+# and the copy goes on (a hard mount), the data intact.
 NFS_MB=4
 nfs_role() {
-	side=$1 vers=$2
+	side=$1 vers=$2 down=${3:-}
 	case $side in
 	server)
 		nfs_up 64 || return 1
+		if [ -n "$down" ]; then
+			for i in $(seq 1200); do
+				[ -f /srv/nfs/data ] &&
+					[ "$(stat -c %s /srv/nfs/data)" -ge 1048576 ] && break
+				sleep 0.1
+			done
+			echo "link down at $(stat -c %s /srv/nfs/data 2>/dev/null) bytes"
+			ip link set "$nic" down
+			sleep 10
+			ip link set "$nic" up
+		fi
 		nrc=1
 		for i in $(seq 600); do
 			if [ -s /srv/nfs/done ]; then
@@ -132,7 +145,9 @@ nfs_role() {
 		nfs_mount "$vers" || return 1
 		head -c ${NFS_MB}M /dev/urandom > /tmp/nfs.data
 		nrc=0
-		run cp /tmp/nfs.data /mnt/nfs/data || nrc=1
+		t0=$(cut -d. -f1 /proc/uptime)
+		timeout 300 cp /tmp/nfs.data /mnt/nfs/data || nrc=1
+		echo "copied in $(($(cut -d. -f1 /proc/uptime) - t0)) s"
 		for i in $(seq 32); do echo "file $i" > /mnt/nfs/f$i || nrc=1; done
 		run umount /mnt/nfs || nrc=1
 		nfs_mount "$vers" || return 1
@@ -417,7 +432,7 @@ cases() {
 	case2 "ib_write_bw 64K odp" rxe rodp perf ib_write_bw -N -n 10 -s 65536 --odp
 	case2 "ucmatose 2" rxe rodp ucmatose_role -c 2 -C 5
 	case2 "wire_ops vanish" rxe rodp ops_role -v
-	case2 "nfs 4.2" rxe rodp nfs_role 4.2
+	case2 "nfs 3" rxe rodp nfs_role 3
 	case2 "nvme" rxe rodp nvme_role
 	# rodp with rodp: all of it, implicit ODP with prefetch, then a bad link (lossy: 2 %
 	# loss, 1 % duplicates, reordering, delay; wire_ops -s checks every word both ways, rping
@@ -450,8 +465,7 @@ cases() {
 	case2 "lossy rping 10" rodp rodp lossy rping_role -C 10 -S 8192
 	case2 "lossy wire_ops stream 8" rodp rodp lossy ops_role -s -r 8
 	case2 "wire_ops vanish" rodp rodp ops_role -v
-	case2 "nfs 4.2" rodp rodp nfs_role 4.2
-	case2 "nfs 3" rodp rodp nfs_role 3
+	case2 "nfs 4.2 link down" rodp rodp nfs_role 4.2 down
 	case2 "nvme srq" rodp rodp nvme_role srq
 }
 
