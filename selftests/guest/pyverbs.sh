@@ -66,7 +66,10 @@ py_run rodp
 rmmod rodp
 modprobe rdma_rxe
 if grep -q '^Ran [0-9]* tests\? in' "$res/pyverbs.rodp.log"; then
-	rest=$(awk '$2 != "ok" { print $1 }' "$res/pyverbs.rodp" | tr '\n' ' ')
+	# Not the mlx5 and EFA provider tests either (about half of those rodp skips): they
+	# skip on any other provider, rxe's included.
+	rest=$(awk '$2 != "ok" && $1 !~ /^tests\.test_(mlx5|efa)/ { print $1 }' \
+		"$res/pyverbs.rodp" | tr '\n' ' ')
 	if [ -n "$rest" ]; then RODP_PYVERBS=$rest py_run rxe; else : > "$res/pyverbs.rxe"; fi
 else
 	py_run rxe
@@ -100,7 +103,7 @@ for label, res in (("rxe", rxe), ("rodp", rodp)):
           f"{c['skip']:4} skipped of {len(res)}")
 lines = []
 for i, name in enumerate(sorted(set(rxe) | set(rodp)), 1):
-    a, b = rxe.get(name, "-" if rodp.get(name) == "ok" else "absent"), rodp.get(name, "absent")
+    a, b = rxe.get(name, "-"), rodp.get(name, "absent")
     if b == "ok":
         lines.append(f"ok {i} {name}")
     elif (a == "ok" or must(name)) and gap(name):
