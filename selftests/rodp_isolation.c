@@ -368,4 +368,54 @@ TEST_F(iso, a_stale_window_key_reaches_nothing)
 	EXPECT_EQ(0, ibv_dereg_mr(wmr));
 }
 
+/*
+ * The uverbs POST_SRQ_RECV command reaches the ib_post_srq_recv callback rodp now has for
+ * kernel SRQs only if the driver asks ib_core for that legacy write command, which rodp does
+ * not (device.rs: only POST_SEND and REQ_NOTIFY_CQ): a user's SRQ takes receives through its
+ * mapped ring. An unprivileged user naming its own SRQ and the victim's buffer gets
+ * EOPNOTSUPP from ib_core.
+ */
+static int post_srq_recv_command(struct shared *s)
+{
+	struct dev d;
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq;
+	struct {
+		struct ib_uverbs_cmd_hdr hdr;
+		struct ib_uverbs_post_srq_recv cmd;
+		struct ib_uverbs_recv_wr wr;
+		struct ib_uverbs_sge sge;
+	} req = { 0 };
+	struct ib_uverbs_post_srq_recv_resp resp = { 0 };
+
+	if (dev_open(&d, "rodp0"))
+		return 1;
+	srq = ibv_create_srq(d.pd, &sa);
+	if (!srq)
+		return 2;
+	req.hdr.command = IB_USER_VERBS_CMD_POST_SRQ_RECV;
+	req.hdr.in_words = sizeof(req) / 4;
+	req.hdr.out_words = sizeof(resp) / 4;
+	req.cmd.response = (uintptr_t)&resp;
+	req.cmd.srq_handle = srq->handle;
+	req.cmd.wr_count = 1;
+	req.cmd.sge_count = 1;
+	req.cmd.wqe_size = sizeof(req.wr);
+	req.wr.wr_id = 7;
+	req.wr.num_sge = 1;
+	req.sge.addr = s->addr;
+	req.sge.length = 64;
+	req.sge.lkey = s->rkey;
+	s->st[0] = write(d.ctx->cmd_fd, &req, sizeof(req)) < 0 ? errno : 0;
+	ibv_destroy_srq(srq);
+	dev_close(&d);
+	return 0;
+}
+
+TEST_F(iso, the_srq_receive_command_is_refused)
+{
+	EXPECT_EQ(0, as_nobody(self->sh, post_srq_recv_command));
+	EXPECT_EQ(EOPNOTSUPP, self->sh->st[0]);
+}
+
 TEST_HARNESS_MAIN

@@ -60,12 +60,17 @@ prof_end() {
 }
 : > "$res/bench2.raw"
 n=0
-for p in $pairs; do
-	[ "$role" = a ] && mine=${p%%:*} || mine=${p##*:}
+# pair_up PAIR TAG: this guest's side of PAIR (A:B) as its device, both sides agreeing at the
+# barrier TAG; fails (printing why) when either side has none. Exits without a peer.
+pair_up() {
+	[ "$role" = a ] && mine=${1%%:*} || mine=${1##*:}
 	rc=0
 	use_driver "$mine" > /tmp/setup 2>&1 || { rc=1; cat /tmp/setup; }
-	peer=$(sync_peer "setup $p" $rc) || exit 1
-	[ $rc = 0 ] && [ "$peer" = 0 ] || { echo "$p: no devices"; continue; }
+	peer=$(sync_peer "$2" $rc) || exit 1
+	[ $rc = 0 ] && [ "$peer" = 0 ] || { echo "$1: no devices"; return 1; }
+}
+for p in $pairs; do
+	pair_up "$p" "setup $p" || continue
 	for c in $cases; do
 		n=$((n + 1))
 		prog=${c%%:*} size=${c#*:}
@@ -117,11 +122,7 @@ secs=${RODP_BENCH_STORAGE_SECS:-10}
 # fig OUT: the second (MiB/s) or first (IOPS, with "iops") figure of bench_blk's output OUT.
 fig() { set -- $1 ${2:-}; [ $# -ge 2 ] || { echo n/a; return; }; [ "${3:-}" = iops ] && echo "$1" || echo "$2"; }
 for p in $storage_pairs; do
-	[ "$role" = a ] && mine=${p%%:*} || mine=${p##*:}
-	rc=0
-	use_driver "$mine" > /tmp/setup 2>&1 || { rc=1; cat /tmp/setup; }
-	peer=$(sync_peer "storage setup $p" $rc) || exit 1
-	[ $rc = 0 ] && [ "$peer" = 0 ] || { echo "$p: no devices"; continue; }
+	pair_up "$p" "storage setup $p" || continue
 	if [ "$role" = a ]; then
 		nfs_up 160 > /tmp/storage.log 2>&1
 		sync_peer "nfs up $p" $? > /dev/null || exit 1
