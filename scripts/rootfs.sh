@@ -6,7 +6,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 suite=unstable
-pkgs=rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,procps,psmisc,nfs-kernel-server,nfs-common,nvme-cli
+pkgs=rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,procps,psmisc,nfs-kernel-server,nfs-common,nvme-cli,fio
 key=$(printf '%s\n' "$suite" "$pkgs" "$(cat "$RODP_TOP/scripts/rootfs.sh")" | sha256sum | cut -c1-16)
 img="$RODP_CACHE/rootfs-$key.ext4"
 if [ -f "$img" ]; then echo "$img"; exit 0; fi

@@ -88,7 +88,12 @@ static inline void ensure_netdevs(void)
 		    "ip addr add 10.0.0.2/24 dev veth1 2>/dev/null;"
 		    "ip link set veth0 up; ip link set veth1 up;"
 		    "for c in all default veth0 veth1; do"
-		    " sysctl -qw net.ipv4.conf.$c.accept_local=1 net.ipv4.conf.$c.rp_filter=0; done");
+		    " sysctl -qw net.ipv4.conf.$c.accept_local=1 net.ipv4.conf.$c.rp_filter=0; done;"
+		    /* guest/lib.sh's local_arp says why */
+		    "ip neigh replace 10.0.0.1 dev veth1 nud permanent"
+		    " lladdr $(cat /sys/class/net/veth0/address);"
+		    "ip neigh replace 10.0.0.2 dev veth0 nud permanent"
+		    " lladdr $(cat /sys/class/net/veth1/address)");
 }
 
 /* Loads rodp and creates dev on ndev (deleting an earlier one of that name). */

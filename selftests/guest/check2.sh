@@ -104,12 +104,14 @@ rping_role() {
 # RETRY_EXC_ERR within the time its QP's timeout and retry_cnt imply. With -s: 48 WRITEs and a
 # SEND each way at once (pipelined), the data compared on both sides; -r N: N such rounds.
 # nfs_role SIDE VERSION [down]: NFS over RDMA (storage.sh). The client mounts the server's
-# export, writes 4 MiB of random data and 32 small files, unmounts, mounts again and reads
-# everything back, then writes the data's checksum to the export; the server waits for that
-# file and checks its own copy against it. With "down" the server takes its link down for
-# 10 s once the first MiB has arrived: the client's transport reconnects once the link is back
-# and the copy goes on (a hard mount), the data intact.
-NFS_MB=4
+# export, writes 4 MiB of random data, then 32 small files from four writers at once,
+# unmounts, mounts again and reads everything back with three readers at once (each half of
+# the data, the small files), runs NFS_FIO_SECS of verified random I/O on another file (fio),
+# then writes the data's checksum to the export; the server waits for that file and checks its
+# own copy against it. With "down" the server takes its
+# link down for 10 s once the first MiB has arrived: the client's transport reconnects once
+# the link is back and the copy goes on (a hard mount), the data intact.
+NFS_MB=4 NFS_FIO_SECS=10
 nfs_role() {
 	side=$1 vers=$2 down=${3:-}
 	case $side in
@@ -148,14 +150,31 @@ nfs_role() {
 		t0=$(cut -d. -f1 /proc/uptime)
 		timeout 300 cp /tmp/nfs.data /mnt/nfs/data || nrc=1
 		echo "copied in $(($(cut -d. -f1 /proc/uptime) - t0)) s"
-		for i in $(seq 32); do echo "file $i" > /mnt/nfs/f$i || nrc=1; done
+		# Four writers at once, eight small files each.
+		wpids=
+		for w in 1 2 3 4; do
+			(for i in $(seq 8); do echo "file $w.$i" > /mnt/nfs/f$w.$i || exit 1; done) &
+			wpids="$wpids $!"
+		done
+		for w in $wpids; do wait "$w" || nrc=1; done
 		run umount /mnt/nfs || nrc=1
 		nfs_mount "$vers" || return 1
-		run cmp /tmp/nfs.data /mnt/nfs/data || nrc=1
-		for i in $(seq 32); do
-			read -r line < /mnt/nfs/f$i
-			[ "$line" = "file $i" ] || { echo "f$i differs"; nrc=1; }
-		done
+		# Read back by three readers at once: the data's two halves and the small files.
+		half=$((NFS_MB * 512 * 1024))
+		run cmp -n $half /tmp/nfs.data /mnt/nfs/data & r1=$!
+		run cmp -i $half /tmp/nfs.data /mnt/nfs/data & r2=$!
+		(
+			for w in 1 2 3 4; do for i in $(seq 8); do
+				read -r line < /mnt/nfs/f$w.$i
+				[ "$line" = "file $w.$i" ] || { echo "f$w.$i differs"; exit 1; }
+			done; done
+		) & r3=$!
+		wait $r1 || nrc=1
+		wait $r2 || nrc=1
+		wait $r3 || nrc=1
+		# Verified random I/O on a file of the export, 8 in flight.
+		fio_verify /mnt/nfs/fio.dat 0 4M $NFS_FIO_SECS 8 || nrc=1
+		rm -f /mnt/nfs/fio.dat
 		grep -E 'xprtrdma|proto=rdma' /proc/self/mountstats | head -2
 		[ $nrc = 0 ] && sha256sum < /tmp/nfs.data > /mnt/nfs/done
 		run umount /mnt/nfs || nrc=1
@@ -165,16 +184,36 @@ nfs_role() {
 	esac
 }
 
-# nvme_role SIDE [srq]: NVMe over Fabrics over RDMA (storage.sh): A's target exports 16 MiB;
-# B writes 4 MiB of random data with O_DIRECT, reads it back and compares, then writes a
-# marker with the data's SHA-256 into the last block and disconnects; A waits for the marker
-# and checks its file against it. With "srq" the target's receives go through kernel SRQs on
-# A's device (at least one must exist while the host is connected).
+# nvme_role SIDE [srq] [down]: NVMe over Fabrics over RDMA (storage.sh): A's target exports
+# 16 MiB; B writes 4 MiB of random data with O_DIRECT, disconnects and connects again, reads
+# the data back and compares, runs NVME_FIO_SECS of verified 4 KiB random I/O at queue depth
+# 32 (fio), then writes a marker with the data's SHA-256 into the last block and disconnects; A waits for the marker and checks its file against it. With "srq" the
+# target's receives go through kernel SRQs on A's device (at least one must exist while the
+# host is connected). With "down" A takes its link down for 10 s once the first MiB has
+# arrived: B's controller must reconnect by itself (nvme_connect's 2 s reconnect delay) and
+# the write go on, the data intact.
+NVME_FIO_SECS=20
 nvme_role() {
-	side=$1 srq=${2:-}
+	side=$1
+	shift
+	srq= down=
+	for o do
+		case $o in srq) srq=srq ;; down) down=1 ;; esac
+	done
 	case $side in
 	server)
 		nvme_up 16 $srq || return 1
+		if [ -n "$down" ]; then
+			for i in $(seq 1200); do
+				[ -n "$(dd if=$NVME_IMG bs=4096 skip=256 count=1 2>/dev/null | tr -d '\0' |
+					head -c 1)" ] && break
+				sleep 0.1
+			done
+			echo "link down after the first MiB"
+			ip link set "$nic" down
+			sleep 10
+			ip link set "$nic" up
+		fi
 		nrc=1 srqs=0
 		for i in $(seq 600); do
 			# The SRQs live while a host is connected: counted while waiting.
@@ -201,11 +240,30 @@ nvme_role() {
 	client)
 		nvme_connect || return 1
 		nrc=1
+		recon0=$(dmesg | grep -c "Successfully reconnected")
 		head -c 4M /dev/urandom > /tmp/nvme.data
-		run dd if=/tmp/nvme.data of="$nvme_blk" bs=64k oflag=direct status=none &&
+		# With "down" the same 4 MiB are written again until the controller has reconnected
+		# by itself (at most 90 s): the link may go down after a pass has ended.
+		t0=$(cut -d. -f1 /proc/uptime) passes=0 wrc=0 recon=0
+		while :; do
+			run dd if=/tmp/nvme.data of="$nvme_blk" bs=64k oflag=direct status=none ||
+				{ wrc=1; break; }
+			passes=$((passes + 1))
+			recon=$(($(dmesg | grep -c "Successfully reconnected") - recon0))
+			[ -n "$down" ] && [ "$recon" = 0 ] || break
+			[ $(($(cut -d. -f1 /proc/uptime) - t0)) -lt 90 ] || break
+		done
+		echo "written $passes time(s) in $(($(cut -d. -f1 /proc/uptime) - t0)) s"
+		if [ -n "$down" ]; then
+			echo "the controller reconnected by itself $recon time(s)"
+			[ "$recon" -ge 1 ] || wrc=1
+		fi
+		[ $wrc = 0 ] && nvme_disconnect && nvme_connect &&
 			run dd if="$nvme_blk" of=/tmp/nvme.back bs=64k count=64 iflag=direct \
 				status=none &&
 			cmp /tmp/nvme.data /tmp/nvme.back && nrc=0
+		# Verified random I/O at queue depth 32 in the namespace's third quarter.
+		[ $nrc = 0 ] && { fio_verify "$nvme_blk" 8M 4M $NVME_FIO_SECS 32 || nrc=1; }
 		{ printf 'DONE %s' "$(sha256sum < /tmp/nvme.data)"; head -c 4096 /dev/zero; } |
 			head -c 4096 > /tmp/nvme.mark
 		run dd if=/tmp/nvme.mark of="$nvme_blk" bs=4096 seek=4095 oflag=direct status=none ||
@@ -214,6 +272,14 @@ nvme_role() {
 		nvme_disconnect || nrc=1
 		return $nrc
 		;;
+	esac
+}
+
+# unload_role: the end of the storage cases (storage.sh's storage_unload on both sides).
+unload_role() {
+	case $1 in
+	server | client) storage_unload ;;
+	ready) true ;;
 	esac
 }
 
@@ -466,7 +532,8 @@ cases() {
 	case2 "lossy wire_ops stream 8" rodp rodp lossy ops_role -s -r 8
 	case2 "wire_ops vanish" rodp rodp ops_role -v
 	case2 "nfs 4.2 link down" rodp rodp nfs_role 4.2 down
-	case2 "nvme srq" rodp rodp nvme_role srq
+	case2 "nvme srq link down" rodp rodp nvme_role srq down
+	case2 "storage modules unload" rodp rodp unload_role
 }
 
 # The first barrier waits for the other guest to boot.

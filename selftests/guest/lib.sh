@@ -15,11 +15,19 @@ make_netdevs() {
 }
 
 # Both ends of the veth live in this namespace: let ARP between them work (ib_core resolves a
-# destination MAC for every RoCE address vector, rodp0 <-> rodp1 included).
+# destination MAC for every RoCE address vector, rodp0 <-> rodp1 included), and give each end
+# a permanent neighbour entry for the other. Without those, an address resolution from
+# 10.0.0.2 to 10.0.0.1 (rdma_cm bound to rodp1) often waited 15 to 45 s: the ARP answer on a
+# veth pair arrives before ib_core's addr.c has queued its request, so the neighbour update
+# that would wake it is missed and the request waits for some other neighbour's update.
 local_arp() {
 	for c in all default veth0 veth1; do
 		sysctl -qw net.ipv4.conf.$c.accept_local=1 net.ipv4.conf.$c.rp_filter=0 2>/dev/null
 	done
+	ip neigh replace 10.0.0.1 dev veth1 lladdr "$(cat /sys/class/net/veth0/address)" \
+		nud permanent 2>/dev/null
+	ip neigh replace 10.0.0.2 dev veth0 lladdr "$(cat /sys/class/net/veth1/address)" \
+		nud permanent 2>/dev/null
 	true
 }
 

@@ -28,9 +28,20 @@ ip link add link "$nic" name vl18 type vlan id 18
 ip link set vl18 up
 ip addr add "$addrv/24" dev vl18
 
-# sync TAG [VALUE] [TIMEOUT]: the barrier; prints the peer's VALUE, fails without a peer.
+# sync_peer TAG [VALUE] [TIMEOUT]: the barrier; prints the peer's VALUE, fails without a peer
+# (TIMEOUT seconds, 240 unless given). One peer.py serves every barrier of this guest, through
+# two FIFOs on descriptors 7 (requests) and 8 (answers); if it ends, every later barrier fails.
+rm -f /tmp/peer.in /tmp/peer.out
+mkfifo /tmp/peer.in /tmp/peer.out
+python3 /mnt/rodp/peer.py "$role" --serve < /tmp/peer.in > /tmp/peer.out &
+exec 7> /tmp/peer.in 8< /tmp/peer.out
 sync_peer() {
-	python3 /mnt/rodp/peer.py "$role" "$1" "${2:-}" --timeout "${3:-240}"
+	printf '%s %s\t%s\n' "${3:-240}" "$1" "${2:-}" >&7 || return 1
+	IFS= read -r peer_line <&8 || { echo "peer.py: gone" >&2; return 1; }
+	case $peer_line in
+	"0 "*) printf '%s\n' "${peer_line#0 }" ;;
+	*) printf '%s\n' "${peer_line#1 }" >&2; return 1 ;;
+	esac
 }
 
 # gid_of ADDR: the index of the RoCE v2 GID of ADDR (an IPv4 address in its IPv4-mapped form)

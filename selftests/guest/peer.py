@@ -3,12 +3,18 @@
 """A barrier between the two guests of the two-guest phase, over their only link.
 
 usage: peer.py ROLE TAG [VALUE] [--timeout SECONDS]
+       peer.py ROLE --serve
 
 ROLE is "a" (listens on 198.18.0.1) or "b" (connects to it, retrying until A listens). Both
 sides send "TAG<TAB>VALUE" and read the other's line; the call returns once both have arrived
 at the same TAG and prints the peer's VALUE. A different TAG (the guests out of step), a lost
 connection or no peer within the timeout exits non-zero, so a hung or crashed peer fails the
 run instead of stalling it.
+
+With --serve it stays, so that a barrier costs no interpreter start (about a second in a
+guest under TCG, and a two-guest case passes three barriers): it reads requests
+"TIMEOUT TAG<TAB>VALUE", one per line, and answers each with one line, "0 PEER_VALUE" or
+"1 WHY", until its input ends.
 """
 import socket
 import sys
@@ -60,6 +66,29 @@ def side_b(mine, deadline):
             time.sleep(0.2)
 
 
+def barrier(role, tag, value, timeout):
+    """One barrier; returns the peer's value or raises RuntimeError saying why not."""
+    deadline = time.monotonic() + timeout
+    try:
+        theirs = (side_a if role == "a" else side_b)(f"{tag}\t{value}", deadline)
+    except OSError as e:
+        raise RuntimeError(f"peer.py: no peer at barrier '{tag}' within {timeout:.0f} s: {e}")
+    ttag, _, tvalue = theirs.partition("\t")
+    if ttag != tag:
+        raise RuntimeError(f"peer.py: out of step: here '{tag}', peer '{ttag}'")
+    return tvalue
+
+
+def serve(role):
+    for line in sys.stdin:
+        timeout, _, rest = line.rstrip("\n").partition(" ")
+        tag, _, value = rest.partition("\t")
+        try:
+            print("0 " + barrier(role, tag, value, float(timeout)), flush=True)
+        except (RuntimeError, ValueError) as e:
+            print(f"1 {e}", flush=True)
+
+
 def main():
     args = sys.argv[1:]
     timeout = 240.0
@@ -67,19 +96,15 @@ def main():
         i = args.index("--timeout")
         timeout = float(args[i + 1])
         del args[i : i + 2]
+    if args[1:] == ["--serve"] and args[0] in ("a", "b"):
+        serve(args[0])
+        return
     if len(args) not in (2, 3) or args[0] not in ("a", "b"):
         sys.exit(__doc__)
-    role, tag = args[0], args[1]
-    value = args[2] if len(args) == 3 else ""
-    deadline = time.monotonic() + timeout
     try:
-        theirs = (side_a if role == "a" else side_b)(f"{tag}\t{value}", deadline)
-    except OSError as e:
-        sys.exit(f"peer.py: no peer at barrier '{tag}' within {timeout:.0f} s: {e}")
-    ttag, _, tvalue = theirs.partition("\t")
-    if ttag != tag:
-        sys.exit(f"peer.py: out of step: here '{tag}', peer '{ttag}'")
-    print(tvalue)
+        print(barrier(args[0], args[1], args[2] if len(args) == 3 else "", timeout))
+    except RuntimeError as e:
+        sys.exit(str(e))
 
 
 if __name__ == "__main__":

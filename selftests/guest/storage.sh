@@ -106,12 +106,13 @@ nvme_down() {
 }
 
 # nvme_connect: B connects to A's target (nvme-rdma: its registrations are FRWR on B's
-# device) and sets nvme_blk to the namespace's block device.
+# device) and sets nvme_blk to the namespace's block device. A controller whose link fails
+# tries to reconnect every 2 s (10 by default) and gives up after 60 s (600).
 nvme_connect() {
 	modprobe nvme-rdma || return 1
 	hostnqn=nqn.2014-08.org.nvmexpress:uuid:$(cat /proc/sys/kernel/random/uuid)
-	timeout 120 nvme connect -t rdma -a "$addr_a" -s 4420 -n $NVME_NQN --hostnqn="$hostnqn" ||
-		return 1
+	timeout 120 nvme connect -t rdma -a "$addr_a" -s 4420 -n $NVME_NQN --hostnqn="$hostnqn" \
+		--reconnect-delay=2 --ctrl-loss-tmo=60 || return 1
 	nvme_blk=
 	for i in $(seq 100); do
 		for b in /sys/class/nvme/nvme*/nvme*n1; do
@@ -127,3 +128,39 @@ nvme_connect() {
 
 # nvme_disconnect: B disconnects.
 nvme_disconnect() { timeout 120 nvme disconnect -n $NVME_NQN; }
+
+# storage_unload: unloads the RDMA storage modules this guest loaded (the NVMe host or target
+# and NFS's RDMA transport, both sides of which are in rpcrdma) once their users are gone:
+# each must let go of every RDMA device and object it held, and what it allocated and leaked
+# is then unreferenced for the run's final kmemleak scan. Fails if one stays.
+storage_unload() {
+	urc=0
+	mountpoint -q /proc/fs/nfsd && umount /proc/fs/nfsd
+	for m in nvme_rdma nvmet_rdma rpcrdma; do
+		[ -d /sys/module/$m ] || continue
+		modprobe -r $m || urc=1
+		[ -d /sys/module/$m ] && { echo "$m stays loaded"; urc=1; }
+	done
+	# What ib_core itself keeps (QP1 and its PD and CQ) stays; nothing of the storage users may.
+	left=$(rdma resource show | grep " $dev: ")
+	echo "RDMA resources on $dev: $left"
+	for r in cm_id mr srq ctx; do
+		case "$left " in *" $r 0 "*) ;; *) echo "$r left on $dev"; urc=1 ;; esac
+	done
+	return $urc
+}
+
+# fio_verify FILE OFFSET SIZE SECS DEPTH: SECS seconds of 4 KiB random writes over SIZE bytes
+# of FILE (a block device or a file) from OFFSET, O_DIRECT, DEPTH in flight (libaio), each
+# block carrying its own CRC32C header and read back and checked 64 writes later (fio's
+# verify_backlog; a mismatch ends fio with an error). Prints fio's summary lines.
+fio_verify() {
+	timeout $(($4 + 120)) fio --name=verify --filename="$1" --offset="$2" --size="$3" \
+		--rw=randwrite --bs=4k --direct=1 --ioengine=libaio --iodepth="$5" \
+		--verify=crc32c --verify_backlog=64 --verify_fatal=1 --time_based --runtime="$4" \
+		> /tmp/fio.out 2>&1
+	frc=$?
+	grep -E 'IOPS=|err=|verify|fio:' /tmp/fio.out
+	[ $frc = 0 ] || cat /tmp/fio.out
+	return $frc
+}
