@@ -113,49 +113,88 @@ done
 # Storage (issue 14), like with like (rxe<->rxe, rodp<->rodp): B reads and writes A's NFS
 # export (NFSv4.2, O_DIRECT, 1 MiB requests, 4 in flight) and A's NVMe over Fabrics namespace
 # (1 MiB sequential writes and reads, 4 in flight; 4 KiB random reads, 32 in flight), each
-# for RODP_BENCH_STORAGE_SECS (10) seconds with selftests/bench_blk. RODP_BENCH_STORAGE=0
-# leaves them out.
+# for RODP_BENCH_STORAGE_SECS (10) seconds with selftests/bench_blk. Then the verified runs
+# make check is too slow for under TCG's debug kernel: RODP_BENCH_VERIFY_MB (256) MiB of
+# random data copied to the export and written to the namespace, read back after a remount
+# or a reconnect and compared (the figure is the MiB/s of each way, "FAIL" on a mismatch),
+# and RODP_BENCH_FIO_SECS (60) seconds of fio's verified 4 KiB random writes at queue depth
+# 32 on the namespace (storage.sh's fio_verify; IOPS, or "FAIL"). RODP_BENCH_STORAGE=0 leaves
+# all of it out.
 : > "$res/bench2.storage"
 bb=/mnt/rodp/tests/bench_blk
 secs=${RODP_BENCH_STORAGE_SECS:-10}
+vmb=${RODP_BENCH_VERIFY_MB:-256}
+fsecs=${RODP_BENCH_FIO_SECS:-60}
+# mbps MB T0: MB MiB over the time since T0 (date +%s.%N), in MiB/s.
+mbps() { echo "$1 $2 $(date +%s.%N)" | awk '{ printf "%.1f", $1 / ($3 - $2) }'; }
+# verified_copy SRC DST REMOUNT_CMD: copies SRC to DST, runs REMOUNT_CMD, compares; prints
+# "WRITE READ" (MiB/s) or "FAIL FAIL".
+verified_copy() {
+	t=$(date +%s.%N)
+	dd if="$1" of="$2" bs=1M oflag=direct status=none || { echo FAIL FAIL; return; }
+	vw=$(mbps "$vmb" "$t")
+	eval "$3" || { echo FAIL FAIL; return; }
+	t=$(date +%s.%N)
+	dd if="$2" of=/tmp/verify.back bs=1M count="$vmb" iflag=direct status=none &&
+		cmp /tmp/verify.data /tmp/verify.back || { echo "$vw FAIL"; return; }
+	echo "$vw $(mbps "$vmb" "$t")"
+	rm -f /tmp/verify.back
+}
 [ "${RODP_BENCH_STORAGE:-1}" = 0 ] && storage_pairs= || storage_pairs="rxe:rxe rodp:rodp"
 # fig OUT: the second (MiB/s) or first (IOPS, with "iops") figure of bench_blk's output OUT.
 fig() { set -- $1 ${2:-}; [ $# -ge 2 ] || { echo n/a; return; }; [ "${3:-}" = iops ] && echo "$1" || echo "$2"; }
 for p in $storage_pairs; do
 	pair_up "$p" "storage setup $p" || continue
 	if [ "$role" = a ]; then
-		nfs_up 160 > /tmp/storage.log 2>&1
+		nfs_up $((160 + vmb)) > /tmp/storage.log 2>&1
 		sync_peer "nfs up $p" $? > /dev/null || exit 1
 		figs=$(sync_peer "nfs done $p") || exit 1
 		nfs_down >> /tmp/storage.log 2>&1
-		nvme_up 160 >> /tmp/storage.log 2>&1
+		nvme_up $((160 + vmb)) >> /tmp/storage.log 2>&1
 		sync_peer "nvme up $p" $? > /dev/null || exit 1
 		figs="$figs $(sync_peer "nvme done $p")" || exit 1
 		nvme_down >> /tmp/storage.log 2>&1 || cat /tmp/storage.log
 		set -- $figs
-		for t in nfs_write nfs_read nvme_write nvme_read nvme_randread; do
+		for t in nfs_write nfs_read nfs_verified_write nfs_verified_read nvme_write \
+			nvme_read nvme_randread nvme_verified_write nvme_verified_read \
+			nvme_fio_randwrite; do
 			echo "$p $t ${1:-n/a}" >> "$res/bench2.storage"
 			shift
 		done
 	else
-		w=n/a r=n/a
+		head -c "${vmb}M" /dev/urandom > /tmp/verify.data
+		w=n/a r=n/a v="n/a n/a"
 		if [ "$(sync_peer "nfs up $p")" = 0 ] && nfs_mount 4.2 > /tmp/storage.log 2>&1; then
 			w=$(fig "$($bb write /mnt/nfs/big 128 "$secs" 2>> /tmp/storage.log)")
 			# What the writes reached, in MiB (they wrap at 128 MiB).
 			mb=$(($(stat -c %s /mnt/nfs/big) >> 20))
 			[ $mb -ge 4 ] && r=$(fig "$($bb read /mnt/nfs/big $mb "$secs" 2>> /tmp/storage.log)")
+			rm -f /mnt/nfs/big
+			v=$(verified_copy /tmp/verify.data /mnt/nfs/verify \
+				"umount /mnt/nfs && nfs_mount 4.2 >> /tmp/storage.log 2>&1")
 			umount /mnt/nfs
 		fi
-		sync_peer "nfs done $p" "$w $r" > /dev/null || exit 1
-		w=n/a r=n/a q=n/a
+		sync_peer "nfs done $p" "$w $r $v" > /dev/null || exit 1
+		w=n/a r=n/a q=n/a v="n/a n/a" f=n/a
 		if [ "$(sync_peer "nvme up $p")" = 0 ] && nvme_connect >> /tmp/storage.log 2>&1; then
 			w=$(fig "$($bb write "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
 			r=$(fig "$($bb read "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
 			q=$(fig "$($bb randread "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)" iops)
+			v=$(verified_copy /tmp/verify.data "$nvme_blk" \
+				"nvme_disconnect >> /tmp/storage.log 2>&1 && nvme_connect >> /tmp/storage.log 2>&1")
+			# fio's write IOPS ("IOPS=1234" or "IOPS=1.2k"), or FAIL.
+			if fio_verify "$nvme_blk" 0 "${vmb}M" "$fsecs" 32 > /tmp/fio.sum 2>&1; then
+				f=$(sed -n 's/.*write: IOPS=\([0-9.]*\)\(k*\),.*/\1 \2/p' /tmp/fio.sum |
+					awk '{ printf "%.0f", $2 == "k" ? $1 * 1000 : $1 }')
+			else
+				f=FAIL
+				cat /tmp/fio.sum >> /tmp/storage.log
+			fi
 			nvme_disconnect >> /tmp/storage.log 2>&1
 		fi
-		sync_peer "nvme done $p" "$w $r $q" > /dev/null || exit 1
-		case "$w $r $q" in *n/a*) cat /tmp/storage.log ;; esac
+		rm -f /tmp/verify.data
+		sync_peer "nvme done $p" "$w $r $q $v $f" > /dev/null || exit 1
+		case "$w $r $q $v $f" in *n/a* | *FAIL*) cat /tmp/storage.log ;; esac
 	fi
 done
 
@@ -208,14 +247,17 @@ awk '
 	{ fig[$1, $2] = $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
 	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }
 	END {
-		printf "%-14s %-26s %6s %10s %10s %9s\n", "storage", "I/O", "unit", "rxe-rxe",
+		printf "%-20s %-36s %6s %10s %10s %9s\n", "storage", "I/O", "unit", "rxe-rxe",
 			"rodp-rodp", "rodp/rxe"
 		for (i = 1; i <= n; i++) {
 			o = order[i]
-			io = o ~ /randread/ ? "4 KiB random read, QD 32" : o ~ /read/ ? \
+			io = o ~ /randread/ ? "4 KiB random read, QD 32" : \
+				o ~ /fio/ ? "4 KiB random write, QD 32, verified" : \
+				o ~ /verified_read/ ? "verified read back" : \
+				o ~ /verified/ ? "1 MiB writes, to verify" : o ~ /read/ ? \
 				"1 MiB sequential read" : "1 MiB sequential write"
-			printf "%-14s %-26s %6s %10s %10s %9s\n", o, io,
-				o ~ /randread/ ? "IOPS" : "MiB/s", fig["rxe:rxe", o], fig["rodp:rodp", o],
+			printf "%-20s %-36s %6s %10s %10s %9s\n", o, io,
+				o ~ /randread|fio/ ? "IOPS" : "MiB/s", fig["rxe:rxe", o], fig["rodp:rodp", o],
 				ratio(fig["rodp:rodp", o], fig["rxe:rxe", o])
 		}
 	}' "$res/bench2.storage" | tee -a "$res/bench2.table"
