@@ -26,6 +26,7 @@ set -euo pipefail
 task=${1:?usage: run.sh demo|check|check2|bench}
 limit=${RODP_GUEST_TIMEOUT:-2400}
 limit2=${RODP_GUEST2_TIMEOUT:-1800}
+[ "$task" = bench ] && limit2=${RODP_GUEST2_TIMEOUT:-2400}
 [ -f "$RODP_TOP/selftests/guest/$task.sh" ] || die "no guest script selftests/guest/$task.sh"
 
 # Where the time goes: each host step and guest run, printed in the summary.

@@ -127,17 +127,20 @@ vmb=${RODP_BENCH_VERIFY_MB:-256}
 fsecs=${RODP_BENCH_FIO_SECS:-60}
 # mbps MB T0: MB MiB over the time since T0 (date +%s.%N), in MiB/s.
 mbps() { echo "$1 $2 $(date +%s.%N)" | awk '{ printf "%.1f", $1 / ($3 - $2) }'; }
-# verified_copy SRC DST REMOUNT_CMD: copies SRC to DST, runs REMOUNT_CMD, compares; prints
-# "WRITE READ" (MiB/s) or "FAIL FAIL".
+# verified_copy DST REMOUNT_CMD: copies /tmp/verify.data to DST, runs REMOUNT_CMD (in this
+# shell: nvme_connect sets nvme_blk), reads DST back and compares; sets v to "WRITE READ"
+# (MiB/s), with FAIL for what failed.
 verified_copy() {
+	v="FAIL FAIL"
 	t=$(date +%s.%N)
-	dd if="$1" of="$2" bs=1M oflag=direct status=none || { echo FAIL FAIL; return; }
+	dd if=/tmp/verify.data of="$1" bs=1M oflag=direct status=none || return
 	vw=$(mbps "$vmb" "$t")
-	eval "$3" || { echo FAIL FAIL; return; }
+	v="$vw FAIL"
+	eval "$2" || return
 	t=$(date +%s.%N)
-	dd if="$2" of=/tmp/verify.back bs=1M count="$vmb" iflag=direct status=none &&
-		cmp /tmp/verify.data /tmp/verify.back || { echo "$vw FAIL"; return; }
-	echo "$vw $(mbps "$vmb" "$t")"
+	[ "$1" = "$nvme_blk_old" ] && set -- "$nvme_blk"
+	dd if="$1" of=/tmp/verify.back bs=1M count="$vmb" iflag=direct status=none &&
+		cmp -s /tmp/verify.data /tmp/verify.back && v="$vw $(mbps "$vmb" "$t")"
 	rm -f /tmp/verify.back
 }
 [ "${RODP_BENCH_STORAGE:-1}" = 0 ] && storage_pairs= || storage_pairs="rxe:rxe rodp:rodp"
@@ -148,11 +151,12 @@ for p in $storage_pairs; do
 	if [ "$role" = a ]; then
 		nfs_up $((160 + vmb)) > /tmp/storage.log 2>&1
 		sync_peer "nfs up $p" $? > /dev/null || exit 1
-		figs=$(sync_peer "nfs done $p") || exit 1
+		# B's phases take minutes on a slow kernel: A waits up to half an hour for each.
+		figs=$(sync_peer "nfs done $p" "" 1800) || exit 1
 		nfs_down >> /tmp/storage.log 2>&1
 		nvme_up $((160 + vmb)) >> /tmp/storage.log 2>&1
 		sync_peer "nvme up $p" $? > /dev/null || exit 1
-		figs="$figs $(sync_peer "nvme done $p")" || exit 1
+		figs="$figs $(sync_peer "nvme done $p" "" 1800)" || exit 1
 		nvme_down >> /tmp/storage.log 2>&1 || cat /tmp/storage.log
 		set -- $figs
 		for t in nfs_write nfs_read nfs_verified_write nfs_verified_read nvme_write \
@@ -170,8 +174,9 @@ for p in $storage_pairs; do
 			mb=$(($(stat -c %s /mnt/nfs/big) >> 20))
 			[ $mb -ge 4 ] && r=$(fig "$($bb read /mnt/nfs/big $mb "$secs" 2>> /tmp/storage.log)")
 			rm -f /mnt/nfs/big
-			v=$(verified_copy /tmp/verify.data /mnt/nfs/verify \
-				"umount /mnt/nfs && nfs_mount 4.2 >> /tmp/storage.log 2>&1")
+			nvme_blk_old=
+			verified_copy /mnt/nfs/verify \
+				"umount /mnt/nfs && nfs_mount 4.2 >> /tmp/storage.log 2>&1"
 			umount /mnt/nfs
 		fi
 		sync_peer "nfs done $p" "$w $r $v" > /dev/null || exit 1
@@ -180,8 +185,10 @@ for p in $storage_pairs; do
 			w=$(fig "$($bb write "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
 			r=$(fig "$($bb read "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
 			q=$(fig "$($bb randread "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)" iops)
-			v=$(verified_copy /tmp/verify.data "$nvme_blk" \
-				"nvme_disconnect >> /tmp/storage.log 2>&1 && nvme_connect >> /tmp/storage.log 2>&1")
+			# The namespace's device may have another name after the reconnect.
+			nvme_blk_old=$nvme_blk
+			verified_copy "$nvme_blk" \
+				"nvme_disconnect >> /tmp/storage.log 2>&1 && nvme_connect >> /tmp/storage.log 2>&1"
 			# fio's write IOPS ("IOPS=1234" or "IOPS=1.2k"), or FAIL.
 			if fio_verify "$nvme_blk" 0 "${vmb}M" "$fsecs" 32 > /tmp/fio.sum 2>&1; then
 				f=$(sed -n 's/.*write: IOPS=\([0-9.]*\)\(k*\),.*/\1 \2/p' /tmp/fio.sum |

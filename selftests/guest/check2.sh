@@ -420,7 +420,8 @@ case2_once() {
 		fi
 	fi
 	peer=1
-	if [ $lost = 0 ]; then peer=$(sync_peer "done $n" $rc) || lost=1; fi
+	# A storage server waits up to 5 minutes for its client's last word (the role's marker).
+	if [ $lost = 0 ]; then peer=$(sync_peer "done $n" $rc 600) || lost=1; fi
 	cat $out
 	[ $rc = 0 ] && [ "$peer" = 0 ] || failed_state
 	timing "$name" "$t0"

@@ -30,13 +30,16 @@ ip addr add "$addrv/24" dev vl18
 
 # sync_peer TAG [VALUE] [TIMEOUT]: the barrier; prints the peer's VALUE, fails without a peer
 # (TIMEOUT seconds, 240 unless given). One peer.py serves every barrier of this guest, through
-# two FIFOs on descriptors 7 (requests) and 8 (answers); if it ends, every later barrier fails.
+# two FIFOs on descriptors 7 (requests) and 8 (answers); if it ends, every later barrier fails
+# (7 is opened read-write, so that a write to it never meets a FIFO without a reader: SIGPIPE
+# would end this script). A request is one line: a VALUE's line breaks become spaces.
 rm -f /tmp/peer.in /tmp/peer.out
 mkfifo /tmp/peer.in /tmp/peer.out
 python3 /mnt/rodp/peer.py "$role" --serve < /tmp/peer.in > /tmp/peer.out &
-exec 7> /tmp/peer.in 8< /tmp/peer.out
+exec 7<> /tmp/peer.in 8< /tmp/peer.out
 sync_peer() {
-	printf '%s %s\t%s\n' "${3:-240}" "$1" "${2:-}" >&7 || return 1
+	printf '%s %s\t%s\n' "${3:-240}" "$1" "$(printf '%s' "${2:-}" | tr '\n\t' '  ')" >&7 ||
+		return 1
 	IFS= read -r peer_line <&8 || { echo "peer.py: gone" >&2; return 1; }
 	case $peer_line in
 	"0 "*) printf '%s\n' "${peer_line#0 }" ;;

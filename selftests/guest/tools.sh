@@ -62,6 +62,8 @@ tool() {
 	pair "$name" "$prog -d $sdev $*" "$prog -d $cdev $* 127.0.0.1" 18515
 }
 
+# A test before may have taken a veth down, which drops its permanent neighbour entry.
+local_arp
 rdma link add rodp0 type rodp netdev veth0
 rdma link add rodp1 type rodp netdev veth1
 for pair in "rodp0 rodp0" "rodp0 rodp1"; do
