@@ -71,5 +71,6 @@ KVERBS(drain_workqueue)
 KVERBS(drain_softirq)
 KVERBS(drain_unbound_workqueue)
 KVERBS(srq)
+KVERBS(cq_pool)
 
 TEST_HARNESS_MAIN

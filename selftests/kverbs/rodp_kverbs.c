@@ -804,6 +804,125 @@ out:
 	return ret;
 }
 
+/* ---- the shared CQ pool ------------------------------------------------------------ */
+
+struct pooled {
+	struct ib_cqe cqe;
+	atomic_t ok, bad;
+	struct ib_cq *cq;	/* the CQ of the last completion */
+};
+
+static void pooled_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct pooled *p = container_of(wc->wr_cqe, struct pooled, cqe);
+
+	WRITE_ONCE(p->cq, cq);
+	atomic_inc(wc->status == IB_WC_SUCCESS ? &p->ok : &p->bad);
+}
+
+/*
+ * CQs from ib_core's shared pool (ib_cq_pool_get, as nvme-rdma and nvmet-rdma take them for
+ * their queues; polled in softirq): two QPs, one on each pool CQ, send each other 8 SENDs of
+ * 16 bytes, each completion on its own QP's CQ, the data in the receives in order; then
+ * ib_drain_qp of both and the CQs back to the pool.
+ */
+#define POOL_N 8
+static int cq_pool(struct t *t)
+{
+	struct pooled sent[2], recvd[2];
+	struct ib_cq *cq[2] = {};
+	struct ib_qp *q[2] = {};
+	int ret;
+
+	for (int i = 0; i < 2; i++) {
+		sent[i] = (struct pooled){ .cqe.done = pooled_done };
+		recvd[i] = (struct pooled){ .cqe.done = pooled_done };
+		atomic_set(&sent[i].ok, 0);
+		atomic_set(&sent[i].bad, 0);
+		atomic_set(&recvd[i].ok, 0);
+		atomic_set(&recvd[i].bad, 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		cq[i] = ib_cq_pool_get(t->dev, 2 * POOL_N + 2, -1, IB_POLL_SOFTIRQ);
+		if (IS_ERR(cq[i])) {
+			ret = PTR_ERR(cq[i]);
+			cq[i] = NULL;
+			goto out;
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		struct ib_qp_init_attr init = {
+			.qp_type = IB_QPT_RC, .sq_sig_type = IB_SIGNAL_ALL_WR,
+			.send_cq = cq[i], .recv_cq = cq[i],
+			.cap = { .max_send_wr = POOL_N + 1, .max_recv_wr = POOL_N + 1,
+				 .max_send_sge = 1, .max_recv_sge = 1 },
+		};
+
+		q[i] = ib_create_qp(t->pd, &init);
+		if (IS_ERR(q[i])) {
+			ret = PTR_ERR(q[i]);
+			q[i] = NULL;
+			goto out;
+		}
+	}
+	try(to_rts(t, q[0], q[1]->qp_num));
+	try(to_rts(t, q[1], q[0]->qp_num));
+	/* QP i receives into [i BUF/2, i BUF/2 + 64 POOL_N), sends from i BUF/2 + 4096. */
+	memset(t->buf, 0, BUF);
+	for (int i = 0; i < 2; i++)
+		for (int n = 0; n < POOL_N; n++) {
+			struct ib_sge r = sge(t, i * (BUF / 2) + 64 * n, 64);
+			struct ib_recv_wr rw = { .sg_list = &r, .num_sge = 1,
+						 .wr_cqe = &recvd[i].cqe };
+
+			try(ib_post_recv(q[i], &rw, NULL));
+		}
+	for (int n = 0; n < POOL_N; n++)
+		for (int i = 0; i < 2; i++) {
+			size_t off = i * (BUF / 2) + 4096 + 16 * n;
+			struct ib_sge s = sge(t, off, 16);
+			struct ib_send_wr sw = { .opcode = IB_WR_SEND, .sg_list = &s, .num_sge = 1,
+						 .send_flags = IB_SEND_SIGNALED,
+						 .wr_cqe = &sent[i].cqe };
+
+			memset(t->buf + off, 0x40 + 16 * i + n, 16);
+			try(ib_post_send(q[i], &sw, NULL));
+		}
+	for (int w = 0; w < POLL_MS / 10; w++) {
+		if (atomic_read(&sent[0].ok) + atomic_read(&sent[1].ok) +
+		    atomic_read(&recvd[0].ok) + atomic_read(&recvd[1].ok) == 4 * POOL_N)
+			break;
+		msleep(10);
+	}
+	for (int i = 0; i < 2; i++) {
+		check(atomic_read(&sent[i].ok) == POOL_N && atomic_read(&recvd[i].ok) == POOL_N &&
+		      !atomic_read(&sent[i].bad) && !atomic_read(&recvd[i].bad),
+		      "QP %d: %d sent, %d received, %d + %d failed", i, atomic_read(&sent[i].ok),
+		      atomic_read(&recvd[i].ok), atomic_read(&sent[i].bad),
+		      atomic_read(&recvd[i].bad));
+		check(READ_ONCE(sent[i].cq) == cq[i] && READ_ONCE(recvd[i].cq) == cq[i],
+		      "QP %d: completions on another CQ", i);
+		/* QP i's receive n holds the peer's SEND n. */
+		for (int n = 0; n < POOL_N; n++) {
+			u8 *b = t->buf + i * (BUF / 2) + 64 * n;
+
+			check(b[0] == 0x40 + 16 * (1 - i) + n && b[15] == b[0] && !b[16],
+			      "QP %d, receive %d: %#x %#x %#x", i, n, b[0], b[15], b[16]);
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		ib_drain_qp(q[i]);
+	ret = 0;
+out:
+	for (int i = 0; i < 2; i++) {
+		if (q[i])
+			ib_destroy_qp(q[i]);
+		if (cq[i])
+			ib_cq_pool_put(cq[i], 2 * POOL_N + 2);
+	}
+	return ret;
+}
+
 /* ---- shared receive queues --------------------------------------------------------- */
 
 static void srq_event(struct ib_event *e, void *ctx)
@@ -1006,6 +1125,7 @@ static const struct {
 	{ "drain_softirq", drain, IB_POLL_SOFTIRQ },
 	{ "drain_unbound_workqueue", drain, IB_POLL_UNBOUND_WORKQUEUE },
 	{ "srq", srq, IB_POLL_DIRECT },
+	{ "cq_pool", cq_pool, IB_POLL_DIRECT },
 };
 
 static int __init kverbs_init(void)
