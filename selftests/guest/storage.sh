@@ -144,8 +144,9 @@ storage_unload() {
 	# What ib_core itself keeps (QP1 and its PD and CQ) stays; nothing of the storage users may.
 	left=$(rdma resource show | grep " $dev: ")
 	echo "RDMA resources on $dev: $left"
+	# "mr 0/8388607": in use, then the device's limit.
 	for r in cm_id mr srq ctx; do
-		case "$left " in *" $r 0 "*) ;; *) echo "$r left on $dev"; urc=1 ;; esac
+		echo "$left" | grep -qE " $r 0(/| |\$)" || { echo "$r left on $dev"; urc=1; }
 	done
 	return $urc
 }
