@@ -48,11 +48,16 @@ use super::net::ROCE_V2_PORT;
 /// Largest UD payload (the largest path MTU).
 const MAX_UD_PAYLOAD: usize = 4096;
 
-/// Datagrams an inbox holds before it drops a larger one (about a millisecond of a fast link).
-/// A small one (at most [`SMALL`] bytes: an ACK or a NAK, a READ or atomic request, an
-/// atomic's answer, but also a SEND or WRITE of a few bytes) is dropped only at four times as
-/// many: each costs little, and a lost answer costs its requester a retransmission timeout.
-const INBOX_LEN: usize = 256;
+/// Datagrams an inbox holds before it drops a larger one: two messages of 1 MiB at path MTU
+/// 1024, the largest a kernel storage client sends (nvmet-rdma answers a 1 MiB read with one
+/// RDMA WRITE). A requester sends a message's packets back to back and, after a loss, sends a
+/// SEND or WRITE whole again, so a message that cannot fit here may lose packets on every try
+/// (with 256, nvmet's 1 MiB WRITEs between two rodp guests on the kernel without debug options
+/// never completed; rodp.rst, "Not yet"). A
+/// small one (at most [`SMALL`] bytes: an ACK or a NAK, a READ or atomic request, an atomic's
+/// answer, but also a SEND or WRITE of a few bytes) is dropped only at four times as many:
+/// each costs little, and a lost answer costs its requester a retransmission timeout.
+const INBOX_LEN: usize = 2048;
 
 /// The size up to which a datagram counts as small: that of the largest without data (BTH,
 /// AtomicETH and ICRC: an atomic request).
