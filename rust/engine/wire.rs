@@ -52,8 +52,7 @@ const MAX_UD_PAYLOAD: usize = 4096;
 /// 1024, the largest a kernel storage client sends (nvmet-rdma answers a 1 MiB read with one
 /// RDMA WRITE). A requester sends a message's packets back to back and, after a loss, sends a
 /// SEND or WRITE whole again, so a message that cannot fit here may lose packets on every try
-/// (with 256, nvmet's 1 MiB WRITEs between two rodp guests on the kernel without debug options
-/// never completed; rodp.rst, "Not yet"). A
+/// (rodp.rst, "Not yet": a queue elsewhere on the path can do the same). A
 /// small one (at most [`SMALL`] bytes: an ACK or a NAK, a READ or atomic request, an atomic's
 /// answer, but also a SEND or WRITE of a few bytes) is dropped only at four times as many:
 /// each costs little, and a lost answer costs its requester a retransmission timeout.

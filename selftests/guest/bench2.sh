@@ -119,12 +119,23 @@ done
 # or a reconnect and compared (the figure is the MiB/s of each way, "FAIL" on a mismatch),
 # and RODP_BENCH_FIO_SECS (60) seconds of fio's verified 4 KiB random writes at queue depth
 # 32 on the namespace (storage.sh's fio_verify; IOPS, or "FAIL"). RODP_BENCH_STORAGE=0 leaves
-# all of it out.
+# all of it out; RODP_BENCH_STORAGE_PAIRS chooses the pairs.
 : > "$res/bench2.storage"
 bb=/mnt/rodp/tests/bench_blk
 secs=${RODP_BENCH_STORAGE_SECS:-10}
 vmb=${RODP_BENCH_VERIFY_MB:-256}
 fsecs=${RODP_BENCH_FIO_SECS:-60}
+# wire_state WHEN: this guest's device counters, qdisc, NIC and UDP drop counts (where packets
+# were lost), for the log.
+wire_state() {
+	echo "-- $role $1"
+	rdma statistic show link "$dev/1" 2>/dev/null | tr -s ' \n' ' '
+	echo
+	tc -s qdisc show dev "$nic"
+	ip -s link show "$nic"
+	nstat -az 2>/dev/null | awk '$1 ~ /^(Udp|Ip)/ && $1 ~ /Err|Discard|Drop|NoPorts/ && $2 > 0'
+}
+
 # mbps MB T0: MB MiB over the time since T0 (date +%s.%N), in MiB/s.
 mbps() { echo "$1 $2 $(date +%s.%N)" | awk '{ printf "%.1f", $1 / ($3 - $2) }'; }
 # verified_copy DST REMOUNT_CMD: copies /tmp/verify.data to DST, runs REMOUNT_CMD (in this
@@ -143,7 +154,8 @@ verified_copy() {
 		cmp -s /tmp/verify.data /tmp/verify.back && v="$vw $(mbps "$vmb" "$t")"
 	rm -f /tmp/verify.back
 }
-[ "${RODP_BENCH_STORAGE:-1}" = 0 ] && storage_pairs= || storage_pairs="rxe:rxe rodp:rodp"
+storage_pairs=${RODP_BENCH_STORAGE_PAIRS:-"rxe:rxe rodp:rodp"}
+[ "${RODP_BENCH_STORAGE:-1}" = 0 ] && storage_pairs=
 # fig OUT: the second (MiB/s) or first (IOPS, with "iops") figure of bench_blk's output OUT.
 fig() { set -- $1 ${2:-}; [ $# -ge 2 ] || { echo n/a; return; }; [ "${3:-}" = iops ] && echo "$1" || echo "$2"; }
 for p in $storage_pairs; do
@@ -157,6 +169,7 @@ for p in $storage_pairs; do
 		nvme_up $((160 + vmb)) >> /tmp/storage.log 2>&1
 		sync_peer "nvme up $p" $? > /dev/null || exit 1
 		figs="$figs $(sync_peer "nvme done $p" "" 1800)" || exit 1
+		wire_state "after the NVMe phase"
 		nvme_down >> /tmp/storage.log 2>&1 || cat /tmp/storage.log
 		set -- $figs
 		for t in nfs_write nfs_read nfs_verified_write nfs_verified_read nvme_write \
@@ -183,7 +196,9 @@ for p in $storage_pairs; do
 		w=n/a r=n/a q=n/a v="n/a n/a" f=n/a
 		if [ "$(sync_peer "nvme up $p")" = 0 ] && nvme_connect >> /tmp/storage.log 2>&1; then
 			w=$(fig "$($bb write "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
+			wire_state "before the NVMe reads" >> /tmp/storage.log 2>&1
 			r=$(fig "$($bb read "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)")
+			wire_state "after the NVMe reads" >> /tmp/storage.log 2>&1
 			q=$(fig "$($bb randread "$nvme_blk" 128 "$secs" 2>> /tmp/storage.log)" iops)
 			# The namespace's device may have another name after the reconnect.
 			nvme_blk_old=$nvme_blk

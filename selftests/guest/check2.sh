@@ -108,9 +108,16 @@ rping_role() {
 # unmounts, mounts again and reads everything back with three readers at once (each half of
 # the data, the small files), runs NFS_FIO_SECS of verified random I/O on another file (fio),
 # then writes the data's checksum to the export; the server waits for that file and checks its
-# own copy against it. With "down" the server takes its
-# link down for 10 s once the first MiB has arrived: the client's transport reconnects once
-# the link is back and the copy goes on (a hard mount), the data intact.
+# own copy against it. With "down" the server takes its link down for 10 s once the first MiB
+# has arrived: the client's transport reconnects once the link is back and the copy goes on (a
+# hard mount), the data intact.
+# link_blip SECS: takes this guest's NIC down for SECS seconds.
+link_blip() {
+	ip link set "$nic" down
+	sleep "$1"
+	ip link set "$nic" up
+}
+
 NFS_MB=4 NFS_FIO_SECS=10
 nfs_role() {
 	side=$1 vers=$2 down=${3:-}
@@ -124,9 +131,7 @@ nfs_role() {
 				sleep 0.1
 			done
 			echo "link down at $(stat -c %s /srv/nfs/data 2>/dev/null) bytes"
-			ip link set "$nic" down
-			sleep 10
-			ip link set "$nic" up
+			link_blip 10
 		fi
 		nrc=1
 		for i in $(seq 600); do
@@ -187,10 +192,10 @@ nfs_role() {
 # nvme_role SIDE [srq] [down]: NVMe over Fabrics over RDMA (storage.sh): A's target exports
 # 16 MiB; B writes 4 MiB of random data with O_DIRECT, disconnects and connects again, reads
 # the data back and compares, runs NVME_FIO_SECS of verified 4 KiB random I/O at queue depth
-# 32 (fio), then writes a marker with the data's SHA-256 into the last block and disconnects; A waits for the marker and checks its file against it. With "srq" the
-# target's receives go through kernel SRQs on A's device (at least one must exist while the
-# host is connected). With "down" A takes its link down for 10 s once the first MiB has
-# arrived: B's controller must reconnect by itself (nvme_connect's 2 s reconnect delay) and
+# 32 (fio), then writes a marker with the data's SHA-256 into the last block and disconnects;
+# A waits for the marker and checks its file against it. With "srq" the target's receives go
+# through kernel SRQs on A's device (at least one must exist while the host is connected).
+# With "down" A takes its link down for 10 s once the first MiB has arrived: B's controller must reconnect by itself (nvme_connect's 2 s reconnect delay) and
 # the write go on, the data intact.
 NVME_FIO_SECS=10
 nvme_role() {
@@ -210,9 +215,7 @@ nvme_role() {
 				sleep 0.1
 			done
 			echo "link down after the first MiB"
-			ip link set "$nic" down
-			sleep 10
-			ip link set "$nic" up
+			link_blip 10
 		fi
 		nrc=1 srqs=0
 		for i in $(seq 600); do
