@@ -195,8 +195,9 @@ nfs_role() {
 # 32 (fio), then writes a marker with the data's SHA-256 into the last block and disconnects;
 # A waits for the marker and checks its file against it. With "srq" the target's receives go
 # through kernel SRQs on A's device (at least one must exist while the host is connected).
-# With "down" A takes its link down for 10 s once the first MiB has arrived: B's controller must reconnect by itself (nvme_connect's 2 s reconnect delay) and
-# the write go on, the data intact.
+# With "down" A takes its link down for 10 s once the first MiB has arrived: B's controller
+# must reconnect by itself (nvme_connect's 2 s reconnect delay) and the write go on, the data
+# intact.
 NVME_FIO_SECS=10
 nvme_role() {
 	side=$1
