@@ -35,6 +35,13 @@
  * transfer in both directions whose packets the transport must mend; each side finishes only
  * when its own SEND is acknowledged and the other's verdict arrived, so neither destroys its
  * QP while the other still waits for an acknowledgement.
+ *
+ * With -b on both sides, large messages both ways at once: each side RDMA WRITEs BIG_LEN bytes
+ * (1,024 packets at path MTU 1024) into the peer's MR and SENDs the same BIG_LEN bytes into the
+ * receive the peer posted, then compares what the peer wrote and sent, word by word; -r ROUNDS
+ * repeats it with new data. The QP's timeout is BIG_TIMEOUT: check2.sh runs it over a link whose
+ * queue is shallower than one such message, where a requester that sends a message's packets
+ * back to back loses its tail at every try.
  */
 #include <getopt.h>
 #include <net/if.h>
@@ -68,6 +75,9 @@ static const union ibv_gid mc_group = {
 #define PATTERN (LEN - 4096)
 #define PATTERN_LEN (STREAM_READS * STREAM_LEN)
 #define COUNTER (LEN - 8)
+#define BIG_LEN (1 << 20)
+/* 4.096 us * 2^18 = 1.07 s: a queue of 128 packets at 10 Mbit/s takes 0.11 s to drain. */
+#define BIG_TIMEOUT 18
 /* Word i goes to offset OFF(i): spread over the first pages, 8-byte aligned. */
 #define OFF(i) (64 + (i) * 1000 / 8 * 8)
 
@@ -399,6 +409,68 @@ static int stream(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, str
 	return 0;
 }
 
+/* -b, one round: see the comment at the top. buf holds the data this side sends, then what
+ * the peer WRITEs, then what it SENDs (BIG_LEN each). */
+static int big_round(int s, struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv_mr *mr,
+		     const struct info *peer, int seed, int peer_seed)
+{
+	struct ibv_sge sge[2] = { { (uintptr_t)buf, BIG_LEN, mr->lkey },
+				  { (uintptr_t)buf, BIG_LEN, mr->lkey } };
+	struct ibv_sge rsge = { (uintptr_t)buf + 2 * BIG_LEN, BIG_LEN, mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 200, .sg_list = &rsge, .num_sge = 1 }, *rbad;
+	struct ibv_send_wr wr[2] = {}, *bad;
+	int sent = 0, arrived = 0, ret = 0;
+	uint8_t *want;
+	char r;
+
+	fill(buf, BIG_LEN, seed);
+	memset(buf + BIG_LEN, 0, 2 * BIG_LEN);
+	if (ibv_post_recv(qp, &rwr, &rbad))
+		return fail("post recv");
+	if (write(s, "b", 1) != 1 || read(s, &r, 1) != 1)
+		return fail("big sync");
+	wr[0] = (struct ibv_send_wr){ .wr_id = 400, .next = &wr[1], .sg_list = &sge[0],
+				      .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE };
+	wr[0].wr.rdma.remote_addr = peer->addr + BIG_LEN;
+	wr[0].wr.rdma.rkey = peer->rkey;
+	wr[1] = (struct ibv_send_wr){ .wr_id = 401, .sg_list = &sge[1], .num_sge = 1,
+				      .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	if (ibv_post_send(qp, wr, &bad))
+		return fail("post big");
+	while (!sent || !arrived) {
+		struct ibv_wc wc;
+
+		if (poll1(cq, &wc, 60000) != 1) {
+			fprintf(stderr, "wire_ops: big: no completion (sent %d, arrived %d)\n", sent,
+				arrived);
+			return 1;
+		}
+		if (wc.status != IBV_WC_SUCCESS) {
+			fprintf(stderr, "wire_ops: big: wr_id %llu: %s\n",
+				(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+			return 1;
+		}
+		sent |= wc.opcode == IBV_WC_SEND && wc.wr_id == 401;
+		arrived |= wc.opcode == IBV_WC_RECV && wc.wr_id == 200 && wc.byte_len == BIG_LEN;
+	}
+	want = malloc(BIG_LEN);
+	if (!want)
+		return fail("alloc");
+	fill(want, BIG_LEN, peer_seed);
+	for (int k = 1; k <= 2 && !ret; k++) {
+		for (int i = 0; i < BIG_LEN; i += 8) {
+			if (memcmp(want + i, buf + k * BIG_LEN + i, 8)) {
+				fprintf(stderr, "wire_ops: big: %s: word at %d differs\n",
+					k == 1 ? "WRITE" : "SEND", i);
+				ret = 1;
+				break;
+			}
+		}
+	}
+	free(want);
+	return ret;
+}
+
 /* -m: see the comment at the top. */
 static int mcast(struct dev *d, const char *host)
 {
@@ -508,9 +580,10 @@ int main(int argc, char **argv)
 	struct ibv_mr *mr;
 	struct dev d;
 	uint8_t *buf;
-	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0, streams = 0, rounds = 1;
+	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0, streams = 0, rounds = 1, big = 0;
+	size_t len;
 
-	while ((c = getopt(argc, argv, "d:g:c:vmsr:")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:c:vmsbr:")) != -1) {
 		if (c == 'd')
 			devname = optarg;
 		else if (c == 'g')
@@ -523,6 +596,8 @@ int main(int argc, char **argv)
 			mc = 1;
 		else if (c == 's')
 			streams = 1;
+		else if (c == 'b')
+			big = 1;
 		else if (c == 'r')
 			rounds = atoi(optarg);
 		else
@@ -543,17 +618,18 @@ int main(int argc, char **argv)
 		dev_close(&d);
 		return bad;
 	}
-	buf = aligned_alloc(4096, LEN);
+	len = big ? 3 * BIG_LEN : LEN;
+	buf = aligned_alloc(4096, len);
 	if (!buf)
 		return fail("alloc");
-	memset(buf, 0, LEN);
+	memset(buf, 0, len);
 	cq = ibv_create_cq(d.ctx, 16, NULL, NULL, 0);
 	if (!cq)
 		return fail("create cq");
 	qp = make_qp_ex(&d, cq);
 	if (!qp)
 		return fail("create qp");
-	mr = ibv_reg_mr(d.pd, buf, LEN, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
+	mr = ibv_reg_mr(d.pd, buf, len, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
 	if (!mr)
 		return fail("register MR");
 	if (streams)
@@ -568,6 +644,8 @@ int main(int argc, char **argv)
 		o.timeout = VANISH_TIMEOUT;
 		o.retry_cnt = VANISH_RETRY;
 	}
+	if (big)
+		o.timeout = BIG_TIMEOUT;
 	if (rc_connect(qp, &d, theirs.qpn, &theirs.gid, &o))
 		return fail("connect");
 	/* Both ready before the client sends. */
@@ -598,6 +676,21 @@ int main(int argc, char **argv)
 		printf("wire_ops: %s: %d rounds of %d writes and %d reads of %d bytes, %d atomics "
 		       "and a send each way: %s\n", host ? "client" : "server", rounds, STREAM_N,
 		       STREAM_READS, STREAM_LEN, STREAM_ATOMICS, bad ? "FAILED" : "ok");
+		goto out;
+	}
+	if (big) {
+		char r = 0;
+
+		for (int k = 0; k < rounds && !bad; k++) {
+			int seed = 1 + 2 * k;
+
+			bad = big_round(s, qp, cq, buf, mr, &theirs, host ? seed : seed + 1,
+					host ? seed + 1 : seed);
+		}
+		if (write(s, bad ? "f" : "d", 1) != 1 || read(s, &r, 1) != 1 || r != 'd')
+			bad = 1;
+		printf("wire_ops: %s: %d rounds of a %d-byte write and send each way: %s\n",
+		       host ? "client" : "server", rounds, BIG_LEN, bad ? "FAILED" : "ok");
 		goto out;
 	}
 	if (host) {

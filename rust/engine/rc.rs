@@ -4,9 +4,10 @@
 //! `rxe_comp.c` as they meet the wire.
 //!
 //! **Requester.** The WQE at the head of the send queue goes out as packets of the path MTU
-//! with PSNs from the QP's `sq_psn` on, the last one asking for an ACK; an RDMA READ asks for at
+//! with PSNs from the QP's `sq_psn` on, the last one asking for an ACK (and every
+//! [`PKTS_PER_ACK`]th of a long one); an RDMA READ asks for at
 //! most [`READ_CHUNK`] bytes per request. While the head waits for its answer, the WQEs behind
-//! it go too ([`send_ahead`]: up to [`AHEAD`] messages and about [`UNACKED_PSNS`] PSNs): SENDs,
+//! it go too ([`send_ahead`]: up to [`AHEAD`] messages within [`UNACKED_PSNS`] PSNs): SENDs,
 //! WRITEs, READs of one request and atomics, at most `max_rd_atomic` (and [`RD_OUTSTANDING`])
 //! READs and atomics at once, a fenced WQE only when none is outstanding; nothing goes behind a
 //! READ of more than one request, an ATOMIC WRITE or a FLUSH. The completer's half ([`response`]) runs on the device's inbox work and only
@@ -14,8 +15,12 @@
 //! never touches a requester's memory, which may need a fault) and schedules the requester,
 //! which completes the WQEs in order on its own worker. An ACK is cumulative: one for a message
 //! behind the head answers every message up to it, and a NAK there answers those before it
-//! and is kept for its own message. Sending the head again (after a timer or a PSN sequence
-//! NAK) sends the messages behind it again too, with the same PSNs (go back N). No answer within the retransmission timer sends the message again, `retry_cnt`
+//! and is kept for its own message. A SEND or WRITE of more packets than [`UNACKED_PSNS`] goes
+//! in steps ([`more`]), each up to that many packets past the last one an ACK within the
+//! message (asked for every [`PKTS_PER_ACK`] packets) says the peer has; sent again, it goes
+//! from the first packet the peer lacks. Sending the head again (after a timer or a PSN
+//! sequence NAK) sends the messages behind it again too, with the same PSNs (go back N). No
+//! answer within the retransmission timer sends the message again, `retry_cnt`
 //! times; a READ whose response packets still arrive when the timer fires waits on (as rxe,
 //! whose completer restarts the timer with every packet), and a READ sent again asks only for
 //! what is missing, from the first response packet not received (IBTA 9.7.5.1.1); an RNR NAK
@@ -78,9 +83,17 @@ const NO_CREDITS: u8 = 0x1f;
 /// Messages sent behind the one at the head while it waits for its answer.
 const AHEAD: usize = 32;
 
-/// PSNs the requester has unacknowledged before it sends no further message (rxe's
-/// `RXE_MAX_UNACKED_PSNS`); one message may take it past this.
+/// PSNs the requester has unacknowledged at most (rxe's `RXE_MAX_UNACKED_PSNS`): a message
+/// goes behind the head only if it fits, and a SEND or WRITE of more packets goes out in
+/// steps, never more than this many packets past the last one its peer is known to have (a
+/// 1 MiB WRITE at path MTU 1024 is 1,024 packets, more than some queues on a path hold; sent
+/// back to back, its tail was lost at every try).
 const UNACKED_PSNS: u32 = 128;
+
+/// A SEND or WRITE asks for an ACK every this many packets (rxe's `RXE_MAX_PKT_PER_ACK`), and
+/// at the last packet of every step: each ACK tells the requester how far the peer got, opens
+/// the window further and is where a resend starts.
+const PKTS_PER_ACK: u32 = 64;
 
 /// READs and atomics outstanding at most (the head's among them), whatever `max_rd_atomic`
 /// allows (a peer keeps at least that many atomic results for duplicates).
@@ -89,25 +102,28 @@ const RD_OUTSTANDING: usize = 16;
 /// Bytes of READ responses buffered at most for the READs behind the head.
 const READ_BEHIND_BYTES: usize = 4 * READ_CHUNK;
 
-/// PSNs that may be outstanding at all: a quarter of the PSN space, so that every comparison
-/// of two of them (half the space each way) stays right.
-const MAX_OUTSTANDING: u32 = 1 << 22;
-
 /// The requester's state of an RC QP whose peer is on another host (in `SendSide`).
 #[derive(Default)]
 pub(crate) struct Requester {
     /// PSN of the next new packet.
     next_psn: Psn,
-    /// One past the last PSN ever sent: going back N lowers `next_psn`, not this. The peer may
-    /// acknowledge up to it (it took those packets before they went again).
+    /// One past the last PSN ever sent (or, for a SEND or WRITE at the head going in steps,
+    /// reserved): going back N lowers `next_psn`, not this. The peer may acknowledge up to it
+    /// (it took those packets before they went again).
     sent_end: Psn,
     /// The message of the WQE at the head, sent and not answered yet.
     inflight: Option<InFlight>,
+    /// One past the last PSN of the head sent: a SEND or WRITE of more than [`UNACKED_PSNS`]
+    /// packets goes in steps ([`paced`]), the rest when its peer acknowledges the first.
+    head_sent: Psn,
     /// The messages of the WQEs behind it, sent while it waits (the first `n_ahead`).
     ahead: [InFlight; AHEAD],
     n_ahead: usize,
     /// The last answer was an RNR NAK: sending again after its timer is no transport retry.
     after_rnr: bool,
+    /// How far the peer had got into the head's message when the requester last looked
+    /// (`Due::reached`).
+    seen_reached: Psn,
 }
 
 impl Requester {
@@ -131,6 +147,7 @@ impl Requester {
         self.n_ahead = 0;
         self.after_rnr = false;
         self.sent_end = self.next_psn;
+        self.head_sent = self.next_psn;
     }
 
     /// Messages sent behind the head, waiting for their answers.
@@ -146,6 +163,11 @@ impl Requester {
     pub(super) fn window_open(&self) -> bool {
         self.inflight
             .is_some_and(|head| self.n_ahead < AHEAD && self.outstanding(head) < UNACKED_PSNS)
+    }
+
+    /// Whether a message of `npkts` packets fits in the window behind the head `head`.
+    fn fits(&self, head: InFlight, npkts: u32) -> bool {
+        self.outstanding(head) + npkts <= UNACKED_PSNS
     }
 
     /// PSNs sent from the head `head` on (a 24-bit distance, never negative: one message of
@@ -216,9 +238,13 @@ struct Due {
     next: Psn,
     buf: KVec<u8>,
     want: usize,
-    /// The peer took every packet before this one (a PSN sequence NAK within the message says
-    /// so): how far the message got, so that a NAK further on is progress.
+    /// The peer took every packet before this one (an ACK, an RNR NAK or a PSN sequence NAK
+    /// within the message says so): how far the message got, so that an answer further on is
+    /// progress, and where a SEND or WRITE goes again from.
     reached: Psn,
+    /// One past the last PSN of the message sent so far (a SEND or WRITE goes in steps): no
+    /// answer within the message names a PSN from here on.
+    sent: Psn,
 }
 
 impl Due {
@@ -232,6 +258,7 @@ impl Due {
             buf,
             want: if kind == Awaited::Read { f.len } else { 0 },
             reached: f.first,
+            sent: f.first.add(f.npkts),
         }
     }
 
@@ -349,8 +376,8 @@ enum Outcome {
 pub(crate) struct Answer {
     expect: Option<Expect>,
     outcome: Option<Outcome>,
-    /// A response packet of the head's READ was taken since the message was sent or the timer
-    /// last fired.
+    /// A response packet of the head's READ, or an ACK or NAK within its SEND or WRITE that
+    /// moved it on, was taken since the message was sent or the timer last fired.
     progress: bool,
     /// The room for the READs and atomics behind the head, kept for the next message sent
     /// from the head (one allocation per QP, not one per message).
@@ -428,8 +455,9 @@ fn advance(
         }
         None => return start(qp, st, a, sgid, m, mtu, 0),
     };
-    let (outcome, buf) = {
+    let (outcome, buf, reached) = {
         let mut ans = qp.answer.lock();
+        let reached = ans.expect.as_ref().map(|e| e.due.reached);
         let o = ans.outcome.take();
         // Messages behind the head wait for their answers in the same `Expect`.
         let buf = match o {
@@ -441,8 +469,19 @@ fn advance(
             Some(Outcome::Ack(_)) => ans.expect.as_mut().map(|e| core::mem::take(&mut e.due.buf)),
             _ => None,
         };
-        (o, buf)
+        (o, buf, reached)
     };
+    // The peer took more of the message than before (an ACK or a NAK within it): the
+    // transport retries start afresh, as rxe's do on every answer that moves on.
+    if let Some(r) = reached.filter(|r| *r != st.seen_reached) {
+        st.seen_reached = r;
+        *retry_left = None;
+    }
+    if outcome.is_none() {
+        if let Some(step) = more(qp, st, a, sgid, m, mtu, f) {
+            return step;
+        }
+    }
     match outcome {
         Some(Outcome::Ack(orig)) => {
             st.inflight = None;
@@ -492,12 +531,66 @@ fn advance(
         // not take yet (rxe and rodp keep their expected PSN there), and the RNR wait is over.
         Some(Outcome::Resend(_)) => again(qp, st, None, a, sgid, m, mtu, f),
         None if timer_running => Step::Exec(Exec::Pending),
-        None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
-        // After an RNR NAK's wait the message goes again without a transport retry.
+        // After an RNR NAK's wait the message goes again without a transport retry (whatever
+        // came before the NAK).
         None if core::mem::take(&mut st.after_rnr) => again(qp, st, None, a, sgid, m, mtu, f),
+        None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
         // The retransmission timer expired.
         None => again(qp, st, Some(retry_left), a, sgid, m, mtu, f),
     }
+}
+
+/// Sends the next step of the head's SEND or WRITE `f` once its peer has acknowledged enough
+/// of the last: up to [`UNACKED_PSNS`] packets past the last one it is known to have. `None`
+/// when the head is no SEND or WRITE, all of it went, the window is still full, an answer
+/// waits to be taken, or an RNR NAK's wait runs.
+fn more(
+    qp: &Arc<QpShared>,
+    st: &mut Requester,
+    a: &QpAttr,
+    sgid: &[u8; 16],
+    m: &Message<'_>,
+    mtu: Mtu,
+    f: InFlight,
+) -> Option<Step> {
+    // After an RNR NAK the peer takes nothing past it until its timer has run.
+    if !paced(m.opcode) || st.after_rnr {
+        return None;
+    }
+    let k = u32::try_from(st.head_sent.diff(f.first)).ok()?;
+    if k >= f.npkts {
+        return None;
+    }
+    let beyond = {
+        let mut ans = qp.answer.lock();
+        // An answer that came meanwhile is the next run's.
+        if ans.outcome.is_some() {
+            return None;
+        }
+        let reached = ans.expect.as_ref()?.due.reached;
+        let beyond = u32::try_from(st.head_sent.diff(reached))
+            .ok()
+            .filter(|b| *b < UNACKED_PSNS)?;
+        // The timer starts afresh with this step: the progress that opened it is used up.
+        ans.progress = false;
+        beyond
+    };
+    let g = InFlight {
+        first: st.head_sent,
+        npkts: f.npkts - k,
+        off: f.off + k as usize * mtu.bytes() as usize,
+        len: f.len,
+    };
+    Some(send_again(
+        qp,
+        st,
+        a,
+        sgid,
+        m,
+        mtu,
+        g,
+        UNACKED_PSNS - beyond,
+    ))
 }
 
 /// Makes the first message sent behind the head (of the WQE now at the head) the one in
@@ -507,6 +600,8 @@ fn promote(qp: &QpShared, st: &mut Requester) -> Option<InFlight> {
     st.ahead.copy_within(1..st.n_ahead, 0);
     st.n_ahead -= 1;
     st.inflight = Some(f);
+    // It went whole (it fitted in the window).
+    st.head_sent = f.first.add(f.npkts);
     let mut ans = qp.answer.lock();
     let Answer {
         expect,
@@ -573,8 +668,9 @@ pub(super) fn send_ahead(
     let want = if kind == Awaited::Read { m.len } else { 0 };
     let room = |e: &Expect| room_behind(e, a, kind, want, fence);
     // A READ or an atomic is checked before its entry is allocated, and again when it goes
-    // in; a SEND or a WRITE only then (one lock per message on this path).
-    if st.outstanding(head) + f.npkts > MAX_OUTSTANDING
+    // in; a SEND or a WRITE only then (one lock per message on this path). A message that
+    // does not fit waits until it is at the head, where it goes out in steps.
+    if !st.fits(head, f.npkts)
         || (kind != Awaited::Ack && !qp.answer.lock().expect.as_ref().is_some_and(&room))
     {
         return false;
@@ -610,7 +706,7 @@ pub(super) fn send_ahead(
         before
     };
     // A message whose own memory fails goes again at the head, which completes it in error.
-    if let Err(wire::NotSent::Local) = transmit(qp, &tx, m, mtu, f, Service::Rc) {
+    if let Err(wire::NotSent::Local) = transmit(qp, &tx, m, mtu, f, f.npkts, Service::Rc) {
         if let Some(e) = qp.answer.lock().expect.as_mut() {
             e.sent_last = before;
             if kind != Awaited::Ack {
@@ -702,12 +798,13 @@ fn start(
         progress: false,
         spare: KVec::new(),
     };
-    send_again(qp, a, sgid, m, mtu, f)
+    send_again(qp, st, a, sgid, m, mtu, f, UNACKED_PSNS)
 }
 
 /// What of `f` to ask for (again) and expects the answer to it in `e`: a READ whose first
 /// response packets arrived asks for the rest, from the first packet missing (the peer sends
-/// it from that PSN, as IBTA 9.7.5.1.1 allows, rxe too); anything else is sent whole.
+/// it from that PSN, as IBTA 9.7.5.1.1 allows, rxe too); a SEND or WRITE goes from the first
+/// packet the peer lacks (`Due::reached`); anything else is sent whole.
 fn rest(e: &mut Expect, f: InFlight, mtu: Mtu) -> InFlight {
     // Everything behind it goes again: their answers come again too (ACKs of what the peer
     // took already are still taken, up to `sent_last`).
@@ -729,6 +826,17 @@ fn rest(e: &mut Expect, f: InFlight, mtu: Mtu) -> InFlight {
     e.due.next = e.due.first;
     e.due.last = f.first.add(f.npkts - 1);
     e.due.buf.clear();
+    // A SEND or a WRITE goes again from the first packet its peer does not have (a sequence
+    // NAK's PSN, or past an ACK within it), as its middle and last packets.
+    let k = e.due.reached.diff(f.first);
+    if e.due.kind == Awaited::Ack && k > 0 && (k as u32) < f.npkts {
+        return InFlight {
+            first: e.due.reached,
+            npkts: f.npkts - k as u32,
+            off: f.off + k as usize * mtu.bytes() as usize,
+            len: f.len,
+        };
+    }
     f
 }
 
@@ -787,22 +895,45 @@ fn again(
         qp.tables.stats.inc(Counter::CompleterRetryErr);
     }
     st.rewind(f, g);
-    send_again(qp, a, sgid, m, mtu, g)
+    send_again(qp, st, a, sgid, m, mtu, g, UNACKED_PSNS)
 }
 
-/// Sends the packets of `f` (again); what goes wrong on the way is a lost packet.
+/// Whether a message of operation `op` goes out in steps of at most [`UNACKED_PSNS`] packets
+/// past the last one its peer is known to have: a SEND or a WRITE (a READ asks for at most
+/// [`READ_CHUNK`] bytes at a time, the rest are one packet).
+fn paced(op: WrOpcode) -> bool {
+    op.is_send() || matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm)
+}
+
+/// Sends the packets of `f` (again), from the head's message: a SEND or a WRITE at most `room`
+/// of them ([`paced`]), the rest later ([`more`]); what goes wrong on the way is a lost packet.
+#[expect(clippy::too_many_arguments)]
 fn send_again(
     qp: &Arc<QpShared>,
+    st: &mut Requester,
     a: &QpAttr,
     sgid: &[u8; 16],
     m: &Message<'_>,
     mtu: Mtu,
     f: InFlight,
+    room: u32,
 ) -> Step {
+    let count = if paced(m.opcode) {
+        f.npkts.min(room)
+    } else {
+        f.npkts
+    };
+    st.head_sent = f.first.add(count);
+    if paced(m.opcode) {
+        // Answers may name these PSNs before `transmit` returns.
+        if let Some(e) = qp.answer.lock().expect.as_mut() {
+            e.due.sent = st.head_sent;
+        }
+    }
     let Some(tx) = peer_tx(qp, a, sgid) else {
         return Step::Exec(Exec::Sent);
     };
-    match transmit(qp, &tx, m, mtu, f, Service::Rc) {
+    match transmit(qp, &tx, m, mtu, f, count, Service::Rc) {
         Err(wire::NotSent::Local) => {
             qp.answer.lock().forget();
             Step::Done(WcStatus::LocProtErr)
@@ -834,7 +965,7 @@ pub(super) fn send_unacked(
     let Some(tx) = peer_tx(qp, a, sgid) else {
         return WcStatus::Success;
     };
-    match transmit(qp, &tx, m, mtu, f, Service::Uc) {
+    match transmit(qp, &tx, m, mtu, f, f.npkts, Service::Uc) {
         Err(wire::NotSent::Local) => WcStatus::LocProtErr,
         _ => WcStatus::Success,
     }
@@ -862,13 +993,16 @@ fn trailer(op: WrOpcode) -> Ext {
     }
 }
 
-/// Builds and sends the request packets of `f`, as RC or UC (`service`) packets.
+/// Builds and sends the request packets of `f` (a SEND's or WRITE's first `count` of them),
+/// as RC or UC (`service`) packets. A SEND or WRITE's `f` may start within the message (at
+/// byte `f.off`, sent again from there): its packets are then middle and last ones.
 fn transmit(
     qp: &QpShared,
     tx: &Tx,
     m: &Message<'_>,
     mtu: Mtu,
     f: InFlight,
+    count: u32,
     service: Service,
 ) -> Result<(), wire::NotSent> {
     let stats = &qp.tables.stats;
@@ -938,9 +1072,12 @@ fn transmit(
         Kind::Write
     };
     let size = mtu.bytes() as usize;
-    for i in 0..f.npkts {
+    // The packets of the message before `f`'s first.
+    let k0 = (f.off / size) as u32;
+    for i in 0..count.min(f.npkts) {
+        let k = k0 + i;
         let last = i + 1 == f.npkts;
-        let position = match (i == 0, last) {
+        let position = match (k == 0, last) {
             (true, true) => Position::Only,
             (true, false) => Position::First,
             (false, false) => Position::Middle,
@@ -950,10 +1087,10 @@ fn transmit(
         let op = Opcode::of(service, kind, position, tr).ok_or(wire::NotSent::Local)?;
         let mut bth = Bth::new(op, dest_qpn, f.first.add(i));
         // UC has no acknowledgements to ask for.
-        bth.ack_req = last && service == Service::Rc;
+        bth.ack_req = service == Service::Rc && asks_ack(k, i + 1 == count);
         bth.solicited = last && m.solicited;
         let mut h = Headers::new(bth);
-        if kind == Kind::Write && i == 0 {
+        if kind == Kind::Write && k == 0 {
             h.reth = Some(Reth {
                 va: m.remote_addr,
                 rkey: m.rkey,
@@ -965,7 +1102,7 @@ fn transmit(
         } else if tr == Ext::IETH {
             h.ieth = Some(Ieth { rkey: m.imm });
         }
-        let off = i as usize * size;
+        let off = k as usize * size;
         // The WQE is read again for every send: its user may have shrunk it meanwhile.
         let n = m
             .len
@@ -986,6 +1123,13 @@ fn transmit(
     Ok(())
 }
 
+/// Whether the request packet `k` of a SEND or WRITE (counted from 0) asks for an ACK: every
+/// [`PKTS_PER_ACK`]th, and the last one sent (`last_sent`: of the step, which is the message's
+/// last packet when it is).
+fn asks_ack(k: u32, last_sent: bool) -> bool {
+    last_sent || (k + 1) % PKTS_PER_ACK == 0
+}
+
 /// The completer's part (on the inbox work): takes the response `p` from `from` for `qp`'s
 /// message in flight, if it is one; whether it was.
 pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> bool {
@@ -1000,21 +1144,24 @@ pub(super) fn response(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16]) -> b
         } = &mut *ans;
         match expect.as_mut() {
             Some(e) if e.peer == *from => {
-                // Only the head's own READ data is progress (answers to later messages never
-                // hold off its retransmission).
+                // Only the head's own READ data, or an ACK within it, is progress (answers to
+                // later messages never hold off its retransmission).
                 let data = p.info.kind == Kind::ReadResponse
                     && psn.diff(e.due.first) >= 0
                     && psn.diff(e.due.last) <= 0;
+                let reached = e.due.reached;
                 let o = record(e, outcome, p, psn);
-                if let (Some(None), true) = (o, data) {
+                let further = e.due.reached != reached;
+                if let (Some(None), true) = (o, data || further) {
                     *progress = true;
                 }
-                o
+                // An ACK within a SEND or WRITE may open the window for its next step.
+                o.map(|o| (o, further))
             }
             _ => None,
         }
     };
-    if let Some(Some(_)) = taken {
+    if let Some((Some(_), _) | (None, true)) = taken {
         qp.kick();
     }
     taken.is_some()
@@ -1046,7 +1193,9 @@ fn record(
 /// Whether `p` at `psn` is an answer to the message `e` waits for (`None`: it is not), and
 /// what it says when it ends the wait (a READ response's data is kept).
 fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option<Outcome>> {
-    let within = psn.diff(e.due.first) >= 0 && psn.diff(e.due.last) <= 0;
+    // Within the message, and among the packets sent so far.
+    let within =
+        psn.diff(e.due.first) >= 0 && psn.diff(e.due.last) <= 0 && psn.diff(e.due.sent) < 0;
     let syndrome = p.hdr.aeth.map(|a| a.syndrome);
     let behind = psn.diff(e.due.last) > 0 && psn.diff(e.sent_last) <= 0;
     // Only an answer of its own completes a READ or an atomic at the head; a later answer
@@ -1103,9 +1252,20 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
     }
     match (p.info.kind, syndrome) {
         (Kind::Ack, Some(Syndrome::Ack(_)))
-            if matches!(e.due.kind, Awaited::Ack | Awaited::Placed) && psn == e.due.last =>
+            if matches!(e.due.kind, Awaited::Ack | Awaited::Placed)
+                && psn == e.due.last
+                && within =>
         {
             Some(Some(Outcome::Ack(0)))
+        }
+        // Within a SEND or WRITE (it asked every [`PKTS_PER_ACK`] packets): the peer has every
+        // packet up to this one. No answer yet, but the window moves on.
+        (Kind::Ack, Some(Syndrome::Ack(_))) if e.due.kind == Awaited::Ack && within => {
+            let next = psn.add(1);
+            if next.diff(e.due.reached) > 0 {
+                e.due.reached = next;
+            }
+            Some(None)
         }
         (Kind::ReadResponse, Some(Syndrome::Ack(_)))
             if e.due.kind == Awaited::Placed
@@ -1115,7 +1275,14 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
         {
             Some(Some(Outcome::Ack(0)))
         }
-        (Kind::Ack, Some(Syndrome::RnrNak(t))) if within => Some(Some(Outcome::Rnr(t))),
+        // The peer took every packet before it: the message goes again from there after the
+        // wait.
+        (Kind::Ack, Some(Syndrome::RnrNak(t))) if within => {
+            if psn.diff(e.due.reached) > 0 {
+                e.due.reached = psn;
+            }
+            Some(Some(Outcome::Rnr(t)))
+        }
         (Kind::Ack, Some(Syndrome::Nak(NakCode::PsnSeqErr))) if within => {
             let further = psn.diff(e.due.reached) > 0;
             if further {
@@ -1679,6 +1846,7 @@ mod tests {
             buf,
             want,
             reached: Psn::new(first),
+            sent: Psn::new(last).add(1),
         }
     }
 
@@ -1761,12 +1929,88 @@ mod tests {
     fn an_ack_completes_only_at_the_last_psn() {
         let ack = Some(Syndrome::Ack(NO_CREDITS));
         let mut e = expect(Awaited::Ack, 10, 12, 0);
-        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 11, ack, &[]).is_none());
+        // Within the message: the peer's progress, no answer.
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 11, ack, &[]),
+            Some(None)
+        ));
         assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 13, ack, &[]).is_none());
         assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 12, ack, &[])));
         // Across the wrap of the 24-bit PSN.
         let mut e = expect(Awaited::Ack, 0xff_ffff, 0, 0);
         assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 0, ack, &[])));
+    }
+
+    #[test]
+    fn an_ack_within_a_send_or_write_moves_its_window_on() {
+        let ack = Some(Syndrome::Ack(NO_CREDITS));
+        let seq = Some(Syndrome::Nak(NakCode::PsnSeqErr));
+        let mtu = Mtu::from_ib(3).unwrap();
+        // A WRITE of 200 packets at 10..=209, 1024 bytes each.
+        let mut e = expect(Awaited::Ack, 10, 209, 0);
+        let f = InFlight {
+            len: 200 * 1024,
+            ..msg(10, 200)
+        };
+        // Nothing acknowledged: it goes again whole.
+        let g = rest(&mut e, f, mtu);
+        assert_eq!((g.first.get(), g.npkts, g.off), (10, 200, 0));
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 73, ack, &[]),
+            Some(None)
+        ));
+        assert_eq!(e.due.reached.get(), 74);
+        // An older ACK (a duplicate's) takes nothing back.
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 40, ack, &[]),
+            Some(None)
+        ));
+        assert_eq!(e.due.reached.get(), 74);
+        // Sent again from the first packet the peer lacks, as a middle packet 64 KiB in.
+        let g = rest(&mut e, f, mtu);
+        assert_eq!((g.first.get(), g.npkts, g.off), (74, 136, 64 * 1024));
+        // A sequence NAK further on is progress, and where the next resend starts.
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 100, seq, &[]),
+            Some(Some(Outcome::Resend(true)))
+        ));
+        let g = rest(&mut e, f, mtu);
+        assert_eq!((g.first.get(), g.npkts, g.off), (100, 110, 90 * 1024));
+        // Sent up to 199 only: nothing names a PSN past that.
+        e.due.sent = Psn::new(200);
+        let rnr = Some(Syndrome::RnrNak(1));
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 209, ack, &[]).is_none());
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 200, rnr, &[]).is_none());
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 205, seq, &[]).is_none());
+        assert_eq!(e.due.reached.get(), 100);
+        // An RNR NAK says the peer has everything before it.
+        assert!(matches!(
+            feed(&mut e, Opcode::RC_ACKNOWLEDGE, 120, rnr, &[]),
+            Some(Some(Outcome::Rnr(1)))
+        ));
+        assert_eq!(e.due.reached.get(), 120);
+        e.due.sent = Psn::new(210);
+        assert!(is_ack(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 209, ack, &[])));
+        // A READ's ACK within it is no answer of a READ.
+        let mut e = expect(Awaited::Read, 10, 12, 3 * 1024);
+        assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 11, ack, &[]).is_none());
+    }
+
+    #[test]
+    fn messages_go_behind_the_head_only_within_the_window() {
+        let mut st = Requester::new(10);
+        let head = msg(10, 1);
+        st.take_psns(1);
+        st.inflight = Some(head);
+        assert!(st.fits(head, UNACKED_PSNS - 1));
+        assert!(!st.fits(head, UNACKED_PSNS));
+        st.take_psns(UNACKED_PSNS - 2);
+        assert!(st.window_open() && st.fits(head, 1) && !st.fits(head, 2));
+        st.take_psns(1);
+        assert!(!st.window_open());
+        // ACKs asked for every PKTS_PER_ACK packets and at the end of each step.
+        assert!(asks_ack(PKTS_PER_ACK - 1, false) && asks_ack(2 * PKTS_PER_ACK - 1, false));
+        assert!(!asks_ack(0, false) && !asks_ack(PKTS_PER_ACK, false) && asks_ack(5, true));
     }
 
     #[test]
