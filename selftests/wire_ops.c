@@ -76,8 +76,11 @@ static const union ibv_gid mc_group = {
 #define PATTERN_LEN (STREAM_READS * STREAM_LEN)
 #define COUNTER (LEN - 8)
 #define BIG_LEN (1 << 20)
-/* 4.096 us * 2^18 = 1.07 s: a queue of 128 packets at 10 Mbit/s takes 0.11 s to drain. */
-#define BIG_TIMEOUT 18
+/*
+ * 4.096 us * 2^19 = 2.1 s (rodp's timer stops at 2 s): 128 packets queued at 2 Mbit/s take
+ * 0.55 s to drain, and each side's ACKs queue behind its own data.
+ */
+#define BIG_TIMEOUT 19
 /* Word i goes to offset OFF(i): spread over the first pages, 8-byte aligned. */
 #define OFF(i) (64 + (i) * 1000 / 8 * 8)
 

@@ -2084,8 +2084,9 @@ mod tests {
             feed(&mut e, Opcode::RC_ACKNOWLEDGE, 10, seq, &[]),
             Some(Some(Outcome::Resend(false)))
         ));
-        // One further on says the peer took more of the message: progress, once.
-        for (psn, further) in [(11, true), (11, false), (10, false), (12, true)] {
+        // One further on than any answer before (the RNR NAK at 11 said the peer has 10) says
+        // the peer took more of the message: progress, once.
+        for (psn, further) in [(11, false), (12, true), (12, false), (10, false)] {
             assert!(matches!(
                 feed(&mut e, Opcode::RC_ACKNOWLEDGE, psn, seq, &[]),
                 Some(Some(Outcome::Resend(f))) if f == further
