@@ -694,13 +694,11 @@ impl MrShared {
         matches!(&*self.mem, Memory::Odp(_))
     }
 
-    /// Faults an ODP range in at once (one batch for a whole message); nothing to do for
-    /// other memory.
+    /// Faults an ODP range in (for a whole message: every page mapped once, see
+    /// [`crate::odp::OdpUmem::fault`]); nothing to do for other memory.
     pub(crate) fn touch(&self, off: usize, len: usize, write: bool) -> Result {
         match &*self.mem {
-            Memory::Odp(o) => o.each(off, len, |u, uoff, _, n| {
-                u.with_pages(uoff, n, write, true, |_| Ok(()))
-            }),
+            Memory::Odp(o) => o.each(off, len, |u, uoff, _, n| u.fault(uoff, n, write)),
             _ => Ok(()),
         }
     }

@@ -97,9 +97,10 @@ impl OdpUmem {
 
     /// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, holding both
     /// umems' mutexes (taken in address order; one when they are the same umem) for at most
-    /// 64 KiB at a time; faults missing pages in and retries when an invalidation wins. A side
-    /// that `faults` does not let fault fails the copy with [`UNMAPPED`] when it misses a page
-    /// (bytes before that 64 KiB piece are copied).
+    /// 64 KiB at a time; faults missing pages in and retries when an invalidation wins, in
+    /// pieces half as large each time (see [`shrink`]). A side that `faults` does not let fault
+    /// fails the copy with [`UNMAPPED`] when it misses a page (bytes before that piece are
+    /// copied).
     pub(crate) fn copy(
         dst: &OdpUmem,
         doff: usize,
@@ -112,11 +113,12 @@ impl OdpUmem {
             return Err(EFAULT);
         }
         let mut pos = 0;
+        let mut piece = HOLD;
         while pos < len {
-            let n = (len - pos).min(HOLD);
-            let (dpages, spages) = (dst.span(doff + pos, n), src.span(soff + pos, n));
             let mut attempt = 0;
             loop {
+                let n = (len - pos).min(piece);
+                let (dpages, spages) = (dst.span(doff + pos, n), src.span(soff + pos, n));
                 // Whether each side misses pages; copied when neither does.
                 let missing = |d: &Locked<'_, State>, s: &Locked<'_, State>| {
                     (
@@ -159,6 +161,7 @@ impl OdpUmem {
                     m
                 };
                 if (dmiss, smiss) == (false, false) {
+                    pos += n;
                     break;
                 }
                 if dmiss && !faults.dst {
@@ -170,10 +173,12 @@ impl OdpUmem {
                 attempt += 1;
                 if attempt > 1 {
                     dst.counters().add(|c| &c.contentions, 1);
+                    piece = shrink(n, 2);
                 }
                 if attempt > ATTEMPTS {
                     return Err(EAGAIN);
                 }
+                let n = (len - pos).min(piece);
                 if dmiss {
                     dst.fault_in(doff + pos, n, true)?;
                 }
@@ -181,7 +186,6 @@ impl OdpUmem {
                     src.fault_in(soff + pos, n, false)?;
                 }
             }
-            pos += n;
         }
         Ok(())
     }
@@ -262,7 +266,10 @@ impl OdpUmem {
     }
 
     /// Runs `f(view, offset, length)` over `[off, off + len)` in pieces of at most 64 KiB, each
-    /// with the mutex held and its pages present (see `with_pages`, also for `fault`).
+    /// with the mutex held and its pages present (see `with_pages`, also for `fault`). A piece
+    /// whose pages went away between its fault and `f` is faulted again half as large (see
+    /// [`shrink`]): memory the MM keeps invalidating is still copied, a page at a time if need
+    /// be, where insisting on 64 KiB present at once would retry for ever.
     pub(crate) fn with_chunks(
         &self,
         off: usize,
@@ -271,11 +278,73 @@ impl OdpUmem {
         fault: bool,
         mut f: impl FnMut(&OdpView<'_>, usize, usize) -> Result,
     ) -> Result {
+        if write && !self.writable {
+            return Err(EFAULT);
+        }
         let mut pos = 0;
+        let mut piece = HOLD;
+        let mut attempt = 0;
         while pos < len {
-            let n = (len - pos).min(HOLD);
-            self.with_pages(off + pos, n, write, fault, |v| f(v, off + pos, n))?;
-            pos += n;
+            let n = (len - pos).min(piece);
+            let l = self.lock();
+            if l.missing(self.span(off + pos, n), write) == 0 {
+                let v = OdpView {
+                    odp: self,
+                    l,
+                    write,
+                };
+                f(&v, off + pos, n)?;
+                pos += n;
+                attempt = 0;
+                continue;
+            }
+            drop(l);
+            if !fault {
+                return Err(UNMAPPED);
+            }
+            attempt += 1;
+            if attempt > 1 {
+                self.counters().add(|c| &c.contentions, 1);
+                piece = shrink(n, 2);
+            }
+            if attempt > ATTEMPTS {
+                return Err(EAGAIN);
+            }
+            self.fault_in(off + pos, (len - pos).min(piece), write)?;
+        }
+        Ok(())
+    }
+
+    /// Faults `[off, off + len)` in (writable when `write`): every page is mapped once at
+    /// least, not all of them at the same time, so memory that the MM keeps invalidating is
+    /// faulted in as long as one page stays long enough to be mapped. A batch that keeps losing
+    /// to invalidations (hmm gave up on it) is faulted again in pieces a sixteenth its size,
+    /// down to one page (see [`shrink`]); [`ATTEMPTS`] lost batches end it with `EAGAIN`.
+    pub(crate) fn fault(&self, off: usize, len: usize, write: bool) -> Result {
+        if write && !self.writable {
+            return Err(EFAULT);
+        }
+        let mut pos = 0;
+        let mut piece = FAULT_BATCH;
+        let mut lost = 0;
+        while pos < len {
+            let n = (len - pos).min(piece);
+            if self.lock().missing(self.span(off + pos, n), write) == 0 {
+                pos += n;
+                continue;
+            }
+            match self.map(off + pos, n, write, true) {
+                Ok(_) => pos += n,
+                Err(e) if e == EBUSY => {
+                    self.counters().add(|c| &c.contentions, 1);
+                    lost += 1;
+                    if lost >= ATTEMPTS {
+                        return Err(EAGAIN);
+                    }
+                    piece = shrink(n, 16);
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }
@@ -316,7 +385,7 @@ impl OdpUmem {
     /// only the pages that are present; counts the range's pages mapped afterwards.
     pub(super) fn prefetch(&self, off: usize, len: usize, write: bool, fault: bool) -> Result {
         if fault {
-            self.with_pages(off, len, write, true, |_| Ok(()))?;
+            self.fault(off, len, write)?;
         } else {
             // Pages the MM keeps changing are simply not mapped ahead.
             self.map(off, len, false, false)
@@ -327,6 +396,13 @@ impl OdpUmem {
         self.counters().add(|c| &c.prefetch_pages, n as u64);
         Ok(())
     }
+}
+
+/// The piece to fault and access next after one of `n` bytes lost to an invalidation: `n / by`,
+/// a page at least. Pages faulted together must all stay until they are used; fewer of them
+/// need a shorter quiet spell of the MM.
+fn shrink(n: usize, by: usize) -> usize {
+    (n / by).max(PAGE_SIZE)
 }
 
 impl Drop for OdpUmem {
