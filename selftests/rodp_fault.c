@@ -250,6 +250,20 @@ static int pending(struct daemon *dm)
 	return n;
 }
 
+/*
+ * What a failed attack left to see: the attacker's progress, the daemon's, rodp's ODP counters,
+ * the QPs, and the kernel's blocked tasks and running CPUs (in the kernel log).
+ */
+static void diag(struct daemon *dm, struct shared *sh)
+{
+	fprintf(stderr, "# attacker: %d completions, last result %d; daemon: %d READs answered\n",
+		sh->ops, sh->result, dm->reads);
+	if (system("for f in /sys/kernel/debug/rodp/*/*; do echo \"$f: $(cat $f | tr '\\n' ' ')\"; "
+		   "done 2>&1 | sed 's/^/# /' >&2; rdma -d res show qp 2>&1 | sed 's/^/# /' >&2; "
+		   "echo w > /proc/sysrq-trigger; echo l > /proc/sysrq-trigger"))
+		fprintf(stderr, "# diagnostics incomplete\n");
+}
+
 /* Answers the READs held and stops holding new ones. */
 static void unstall(struct daemon *dm)
 {
@@ -749,6 +763,8 @@ TEST_F_TIMEOUT(fault, stalled_fuse_source, 300)
 		/* Now and then, at no fixed point of a transfer. */
 		usleep(20000 + (now_ms() % 7) * 3000);
 	}
+	if (self->sh->result != 1)
+		diag(&self->dm, self->sh);
 	ASSERT_EQ(1, self->sh->result) TH_LOG("attacker completion status %d",
 					      self->sh->result - 1);
 	TH_LOG("%d transfers (%d receives), %d READs before the stall", self->sh->ops,
