@@ -12,7 +12,7 @@ use super::{
     rc,
     share::{self, Job},
     wire,
-    xfer::{refault, resolve, transfer, Scratch, Seg, Src},
+    xfer::{gather, refault, resolve, transfer, Scratch, Seg, Src},
     Message, Nak, Reply, Ud,
 };
 use crate::{
@@ -22,6 +22,7 @@ use crate::{
         netdev,
         umem::AtomicOp,
         verbs::{access, send_flags, Event, QpAttr, QpState, QpType, WcStatus, WrOpcode},
+        wq,
     },
     mcast,
     mw::Via,
@@ -32,6 +33,8 @@ use crate::{
 };
 use core::cell::Cell;
 use kernel::{
+    alloc::KVVec,
+    page::PAGE_SIZE,
     prelude::*,
     sync::{atomic::Acquire, Arc},
 };
@@ -49,6 +52,10 @@ const BYTE_BUDGET: usize = 1 << 20;
 /// memory that changes faster than it can be faulted in, hundreds of times in a row, gets
 /// there.
 const DELIVERIES: u32 = 256;
+
+/// Largest SEND or WRITE whose data the requester copies aside when its pages went away
+/// between its fault and the responder's copy twice in a row (see [`deliver_mapped`]).
+const BOUNCE_MAX: usize = 1 << 20;
 
 /// Runs a QP's send queue until it is empty, blocked, waiting for a timer, or the budget (of
 /// WQEs or bytes) is used; then the QP's work item is queued again, behind the others.
@@ -598,9 +605,11 @@ fn finish(
 /// Delivers `msg` to `dest` and returns the answer, adding the bytes moved to `moved`. When
 /// the responder found a page of this QP's memory `segs` unmapped (it never faults it, see
 /// `resp`), the pages are faulted in again here, on this QP's own worker (a doorbell leaves
-/// ODP memory to it) and under its own lock only (a fault that blocks, on a stalled FUSE daemon say, blocks this QP alone), and
-/// the message is delivered again, up to [`DELIVERIES`] times. `None` when the pages cannot
-/// be faulted in or kept going away.
+/// ODP memory to it) and under its own lock only (a fault that blocks, on a stalled FUSE
+/// daemon say, blocks this QP alone), and the message is delivered again, up to
+/// [`DELIVERIES`] times. A SEND or WRITE whose pages went away again is delivered from a copy
+/// of its data (see [`bounce`]). `None` when the pages cannot be faulted in or kept going
+/// away.
 fn deliver_mapped(
     dest: &Arc<QpShared>,
     msg: &Message<'_>,
@@ -608,15 +617,58 @@ fn deliver_mapped(
     write: bool,
     moved: &mut usize,
 ) -> Option<Reply> {
-    for _ in 0..DELIVERIES {
+    for i in 0..DELIVERIES {
         *moved = moved.saturating_add(msg.carried());
         // `Reply::Wait` returns: the responder's fault work schedules this QP again.
         match deliver(dest, msg) {
+            Reply::Retry if !write && i > 0 => match bounce(msg) {
+                Some(data) => {
+                    *moved = moved.saturating_add(msg.carried());
+                    return Some(deliver(
+                        dest,
+                        &Message {
+                            data: Src::Inline(&data),
+                            ..*msg
+                        },
+                    ));
+                }
+                None => refault(segs, write).ok()?,
+            },
             Reply::Retry => refault(segs, write).ok()?,
             r => return Some(r),
         }
     }
     None
+}
+
+/// The data of the SEND or WRITE `msg` (of at most [`BOUNCE_MAX`] bytes), copied aside a page
+/// at a time, each piece faulted in as it is copied: for a message whose pages an
+/// invalidation keeps taking away between the requester's fault of all of them and the
+/// responder's copy of all of them (memory the MM changes faster than the whole message can
+/// be faulted in, a file whose page cache is dropped every few milliseconds say), where one
+/// page at a time still makes progress. `None` for other messages, or when a page cannot be
+/// faulted in or the copy cannot be allocated.
+fn bounce(msg: &Message<'_>) -> Option<KVVec<u8>> {
+    let data_op = matches!(
+        msg.opcode,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm
+            | WrOpcode::SendWithInv
+            | WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
+    );
+    if !data_op || !matches!(msg.data, Src::Segs(_)) || msg.len > BOUNCE_MAX {
+        return None;
+    }
+    let mut data = KVVec::from_elem(0u8, msg.len, GFP_KERNEL).ok()?;
+    let mut k = 0;
+    while k < msg.len {
+        let n = (msg.len - k).min(PAGE_SIZE);
+        gather(msg.data, k, &mut data[k..k + n], true).ok()?;
+        k += n;
+        wq::cond_resched();
+    }
+    Some(data)
 }
 
 /// Delivers a datagram sent to a multicast group to every QP attached to it on the host, then
