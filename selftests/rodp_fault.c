@@ -251,15 +251,18 @@ static int pending(struct daemon *dm)
 }
 
 /*
- * What a failed attack left to see: the attacker's progress, the daemon's, rodp's ODP counters
- * and the QPs.
+ * What a failed attack left to see: the attacker's progress, the daemon's, rodp's ODP counters,
+ * the QPs, and three samples of the stacks of the tasks in rodp, hmm or FUSE.
  */
 static void diag(struct daemon *dm, struct shared *sh)
 {
 	fprintf(stderr, "# attacker: %d completions, last result %d; daemon: %d READs answered\n",
 		sh->ops, sh->result, dm->reads);
-	if (system("grep -r . /sys/kernel/debug/rodp 2>&1 | sed 's/^/# /' >&2; "
-		   "rdma -d res show qp 2>&1 | sed 's/^/# /' >&2"))
+	if (system("(grep -r . /sys/kernel/debug/rodp; rdma -d res show qp; "
+		   "rdma statistic show link rodp0/1; for i in 1 2 3; do "
+		   "for p in /proc/[0-9]*; do grep -q -e rodp -e hmm -e fuse $p/stack 2>/dev/null && "
+		   "{ echo \"$p $(cat $p/comm)\"; cat $p/stack; }; done; sleep 0.3; done) 2>&1 | "
+		   "sed 's/^/# /' >&2"))
 		fprintf(stderr, "# diagnostics incomplete\n");
 }
 
