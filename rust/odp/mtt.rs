@@ -15,7 +15,10 @@ use crate::ib::{
     umem::PageRef,
 };
 use core::ops::Range;
-use kernel::sync::Arc;
+use kernel::sync::{
+    atomic::{Atomic, Relaxed},
+    Arc,
+};
 
 /// The hmm pfn flags a page needs to be read (`write`: written) by the device.
 const fn need(write: bool) -> u64 {
@@ -31,6 +34,9 @@ pub(super) struct State {
     pub(super) counters: CounterSets,
     /// For a child of an implicit MR: the parent's children, told when the last page goes.
     pub(super) parent: Option<Arc<Children>>,
+    /// Invalidations of this umem so far: a fault compares them before and after to learn
+    /// whether the MM changed the memory meanwhile (`OdpUmem::fault`).
+    pub(super) invalidations: Atomic<u64>,
 }
 
 impl Notifier for State {
@@ -40,6 +46,7 @@ impl Notifier for State {
     fn invalidate(l: &mut Locked<'_, Self>, pages: Range<usize>) {
         let taken = l.clear(pages);
         let state = l.data();
+        state.invalidations.fetch_add(1, Relaxed);
         let c = &state.counters;
         c.add(|c| &c.invalidations, 1);
         c.add(|c| &c.invalidation_pages, taken as u64);

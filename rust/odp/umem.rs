@@ -21,7 +21,10 @@ use crate::{
 use kernel::{
     page::PAGE_SIZE,
     prelude::*,
-    sync::{atomic::Atomic, Arc},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
 };
 
 /// An ODP registration of user memory: an explicit MR's, or one child of an implicit MR.
@@ -52,6 +55,7 @@ impl OdpUmem {
         let state = State {
             counters,
             parent: None,
+            invalidations: Atomic::new(0),
         };
         Ok(Self {
             umem: UmemOdp::get(dev, addr, len, access, state, 0)?,
@@ -75,6 +79,7 @@ impl OdpUmem {
         let state = State {
             counters,
             parent: Some(parent),
+            invalidations: Atomic::new(0),
         };
         Ok(Self {
             umem: root.alloc_child(addr, len, state, 0)?,
@@ -256,12 +261,12 @@ impl OdpUmem {
         Err(EAGAIN)
     }
 
-    /// Faults `[off, off + len)` in; a fault that lost to invalidations throughout is left to
-    /// the caller's next attempt.
+    /// Faults `[off, off + len)` in ([`OdpUmem::fault`]); a fault that lost to invalidations
+    /// throughout is left to the caller's next attempt.
     fn fault_in(&self, off: usize, len: usize, write: bool) -> Result {
-        match self.map(off, len, write, true) {
-            Err(e) if e == EBUSY => Ok(()),
-            r => r.map(|_| ()),
+        match self.fault(off, len, write) {
+            Err(e) if e == EAGAIN => Ok(()),
+            r => r,
         }
     }
 
@@ -317,24 +322,41 @@ impl OdpUmem {
 
     /// Faults `[off, off + len)` in (writable when `write`): every page is mapped once at
     /// least, not all of them at the same time, so memory that the MM keeps invalidating is
-    /// faulted in as long as one page stays long enough to be mapped. A batch that keeps losing
-    /// to invalidations (hmm gave up on it) is faulted again in pieces a sixteenth its size,
-    /// down to one page (see [`shrink`]); [`ATTEMPTS`] lost batches end it with `EAGAIN`.
+    /// faulted in as long as one page stays long enough to be mapped. One fault (counted once)
+    /// asks hmm for one page first, then twice as many each time no invalidation of the umem
+    /// came during the last ask, up to 2 MiB, and half as many when one came. hmm retries a
+    /// range an invalidation hit for as long as each try reads a page in (its time limit
+    /// starts again whenever a fault of it had to wait, as a FUSE or NFS page's does): asked
+    /// for more pages than the MM leaves alone long enough, it would never return.
+    /// [`ATTEMPTS`] asks that hmm gave up on end it with `EAGAIN`.
     pub(crate) fn fault(&self, off: usize, len: usize, write: bool) -> Result {
         if write && !self.writable {
             return Err(EFAULT);
         }
+        let seq = || self.umem.data().invalidations.load(Relaxed);
         let mut pos = 0;
-        let mut piece = FAULT_BATCH;
+        let mut piece = PAGE_SIZE;
         let mut lost = 0;
+        let mut asked = false;
+        let mut usable = 0;
         while pos < len {
             let n = (len - pos).min(piece);
             if self.lock().missing(self.span(off + pos, n), write) == 0 {
                 pos += n;
                 continue;
             }
+            let before = seq();
             match self.map(off + pos, n, write, true) {
-                Ok(_) => pos += n,
+                Ok(u) => {
+                    asked = true;
+                    usable += u;
+                    pos += n;
+                    piece = if seq() == before {
+                        (piece * 2).min(FAULT_BATCH)
+                    } else {
+                        shrink(piece, 2)
+                    };
+                }
                 Err(e) if e == EBUSY => {
                     self.counters().add(|c| &c.contentions, 1);
                     lost += 1;
@@ -345,6 +367,10 @@ impl OdpUmem {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        if asked {
+            self.counters().add(|c| &c.faults, 1);
+            self.counters().add(|c| &c.fault_pages, usable as u64);
         }
         Ok(())
     }
@@ -373,10 +399,6 @@ impl OdpUmem {
             done += n;
             // A fault of a large range gives the CPU away between batches.
             wq::cond_resched();
-        }
-        if fault {
-            self.counters().add(|c| &c.faults, 1);
-            self.counters().add(|c| &c.fault_pages, usable as u64);
         }
         Ok(usable)
     }
