@@ -351,11 +351,7 @@ impl OdpUmem {
                     asked = true;
                     usable += u;
                     pos += n;
-                    piece = if seq() == before {
-                        (piece * 2).min(FAULT_BATCH)
-                    } else {
-                        shrink(piece, 2)
-                    };
+                    piece = next_ask(piece, seq() == before);
                 }
                 Err(e) if e == EBUSY => {
                     self.counters().add(|c| &c.contentions, 1);
@@ -427,6 +423,16 @@ fn shrink(n: usize, by: usize) -> usize {
     (n / by).max(PAGE_SIZE)
 }
 
+/// The next ask of a fault after one of `piece` bytes: twice as large when no invalidation came
+/// during it (`quiet`), up to [`FAULT_BATCH`], else half as large, a page at least.
+fn next_ask(piece: usize, quiet: bool) -> usize {
+    if quiet {
+        (piece * 2).min(FAULT_BATCH)
+    } else {
+        shrink(piece, 2)
+    }
+}
+
 impl Drop for OdpUmem {
     fn drop(&mut self) {
         // Counted and dirtied here; the binding then releases the umem.
@@ -457,6 +463,30 @@ impl Pages for OdpView<'_> {
         if write && !self.write {
             return Err(EFAULT);
         }
+        Ok(())
+    }
+}
+
+#[kunit_tests(rodp_odp_fault)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asks_grow_while_the_mm_is_quiet_and_shrink_when_not() -> Result {
+        let (mut piece, mut asks) = (PAGE_SIZE, 1);
+        while piece < FAULT_BATCH {
+            piece = next_ask(piece, true);
+            asks += 1;
+        }
+        // One page to 2 MiB in ten asks: a fault of 2 MiB of quiet memory asks ten times.
+        assert_eq!((piece, asks), (FAULT_BATCH, 10));
+        assert_eq!(next_ask(FAULT_BATCH, true), FAULT_BATCH);
+        assert_eq!(next_ask(FAULT_BATCH, false), FAULT_BATCH / 2);
+        assert_eq!(next_ask(2 * PAGE_SIZE, false), PAGE_SIZE);
+        assert_eq!(next_ask(PAGE_SIZE, false), PAGE_SIZE);
+        // hmm gave up on 48 KiB: 3 KiB is less than a page.
+        assert_eq!(shrink(12 * PAGE_SIZE, 16), PAGE_SIZE);
+        assert_eq!(shrink(HOLD, 2), HOLD / 2);
         Ok(())
     }
 }
