@@ -47,14 +47,6 @@ for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 		echo 1 > "$c"
 	done
 	awk '$3 ~ /^fuse/ { print $2 }' /proc/mounts | xargs -r -n1 umount -l
-	# Nor a device: every later program creates rodp0 on veth0 itself, and would fail at that
-	# instead of at what it tests. A leftover is this program's failure (its own TAP line).
-	left=$(rdma link show 2>/dev/null | awk '{ sub("/.*", "", $2); printf "%s ", $2 }')
-	if [ -n "$left" ]; then
-		echo "$name left RDMA links behind: ${left% } (deleted)"
-		printf '1..1\nnot ok 1 left RDMA links behind: %s\n' "${left% }" > "$res/$name-left.tap"
-		rdma_links_delete
-	fi
 	timing "$name" "$t0"
 	echo "== $name ($el s)"
 done
