@@ -451,12 +451,14 @@ static double delete_with_attachments(struct __test_metadata *_metadata, int n)
 /*
  * Root is held to the device's limits only: one QP joins every one of the device's groups, one
  * more is ENOMEM. Removing the device then detaches all of them: 8 times as many attachments as
- * in a run with 1,024 cost about 8 times as much more time than a removal without any (not 64,
- * as they would with a walk of every attachment per detach).
+ * in a run with 1,024 cost less than 32 times as much more time than a removal without any (64
+ * and more with a walk of every attachment per detach). About 8 times on a fast machine; 19.9
+ * on one twice as slow (2026-11-27: 9.4 s and 186.6 s), where the leaving of IP groups, whose
+ * lists are walked, grows faster than the count as their joins do.
  */
 /*
  * A fixture only for its timeout: three removals and 9,216 attachments took about 35 s on one
- * machine and 130 s on one twice as slow. The attachments cost more than linear time there
+ * machine and 340 s on one twice as slow. The attachments cost more than linear time there
  * (6.6 s for 1,024, 119 s for 8,192): rodp's group tables are trees, but the netdev's lists of
  * IP groups, which each join walks, are lists.
  */
@@ -471,7 +473,7 @@ FIXTURE_TEARDOWN(slow)
 {
 }
 
-TEST_F_TIMEOUT(slow, mcast_device_limit_and_fast_detach, 400)
+TEST_F_TIMEOUT(slow, mcast_device_limit_and_fast_detach, 600)
 {
 	double none = delete_with_attachments(_metadata, 0);
 	double some = delete_with_attachments(_metadata, MAX_GROUPS / 8) - none;
@@ -479,7 +481,7 @@ TEST_F_TIMEOUT(slow, mcast_device_limit_and_fast_detach, 400)
 
 	TH_LOG("rdma link delete: %.3f s without attachments, %.3f s more with %d, %.3f s more "
 	       "with %d", none, some, MAX_GROUPS / 8, all, MAX_GROUPS);
-	EXPECT_GT(20 * some + 0.5, all);
+	EXPECT_GT(32 * some + 0.5, all);
 }
 
 TEST_HARNESS_MAIN

@@ -219,6 +219,11 @@ TEST(port_free_without_device)
 	EXPECT_FALSE(port_listed("udp6"));
 }
 
+/*
+ * 120 s each: a link added or deleted, a VLAN and its link-local address take seconds under
+ * TCG with KASAN; devices_of_a_namespace_share_the_port (three links added, two deleted) ran
+ * past the harness's default 30 s on a machine twice as slow as usual (2026-11-27).
+ */
 FIXTURE(net) {};
 
 FIXTURE_SETUP(net)
@@ -237,7 +242,7 @@ FIXTURE_TEARDOWN(net)
 	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1; ip link del veth0.7");
 }
 
-TEST_F(net, port_bound_then_released_by_delete)
+TEST_F_TIMEOUT(net, port_bound_then_released_by_delete, 120)
 {
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET));
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET6));
@@ -251,7 +256,7 @@ TEST_F(net, port_bound_then_released_by_delete)
 	EXPECT_FALSE(port_listed("udp6"));
 }
 
-TEST_F(net, devices_of_a_namespace_share_the_port)
+TEST_F_TIMEOUT(net, devices_of_a_namespace_share_the_port, 120)
 {
 	ASSERT_EQ(0, link_add("rodp1", "veth1"));
 	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
@@ -264,7 +269,7 @@ TEST_F(net, devices_of_a_namespace_share_the_port)
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET));
 }
 
-TEST_F(net, datagrams_counted_exactly)
+TEST_F_TIMEOUT(net, datagrams_counted_exactly, 120)
 {
 	long rcvd = read_long(CNT "rcvd_pkts");
 	long dropped = read_long(CNT "rcvd_dropped_pkts");
@@ -285,7 +290,7 @@ TEST_F(net, datagrams_counted_exactly)
 	EXPECT_EQ(dropped + 110, read_long(CNT "rcvd_dropped_pkts"));
 }
 
-TEST_F(net, datagrams_of_another_netdev_count_nowhere)
+TEST_F_TIMEOUT(net, datagrams_of_another_netdev_count_nowhere, 120)
 {
 	long rcvd;
 
@@ -303,7 +308,7 @@ TEST_F(net, datagrams_of_another_netdev_count_nowhere)
  * An unprivileged user can only send from this host, where datagrams to its own addresses
  * arrive on lo: no device's, so they are freed uncounted, of every size, whatever they hold.
  */
-TEST_F(net, unprivileged_datagrams_are_harmless)
+TEST_F_TIMEOUT(net, unprivileged_datagrams_are_harmless, 120)
 {
 	long rcvd = read_long(CNT "rcvd_pkts");
 
