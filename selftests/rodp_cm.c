@@ -7,7 +7,7 @@
  * connection (both sides see DEVICE_REMOVAL, the deletion completes, nothing leaks).
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 #include <rdma/rdma_cma.h>
 #include <netinet/in.h>
 

@@ -4,7 +4,7 @@
  * rule of the data path answered with the right completion status, never a kernel warning.
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define BUF (1 << 20)
 

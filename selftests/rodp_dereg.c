@@ -14,7 +14,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include "rodp_mw.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define LEN (8 << 20)
 #define PAGE 4096

@@ -5,7 +5,7 @@
  * destroy_qp.
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 /* QPs held in RNR backoff: as many as the module's workqueue runs at once (its default
  * max_active), which a worker sleeping through each backoff would all occupy. */

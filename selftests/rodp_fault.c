@@ -61,7 +61,7 @@
 #include <sys/uio.h>
 #include <linux/fuse.h>
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define MNT "/tmp/rodp_fault_fuse"
 #define FSIZE (256 << 10)

@@ -10,7 +10,7 @@
  */
 #include <sys/mman.h>
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define BUF 65536
 #define A 0

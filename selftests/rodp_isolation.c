@@ -7,7 +7,7 @@
  * fail with the documented completion, and the victim must go on working.
  */
 #include "rodp_mw.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define LEN (64 * 1024)
 #define PAGE 4096

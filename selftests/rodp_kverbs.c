@@ -12,7 +12,7 @@
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include "rodp_test.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 /* Loads rodp_kverbs.ko with dev and test, unloads it after a pass; returns 0 or the errno. */
 static int kverbs(const char *dev, const char *test)

@@ -6,7 +6,7 @@
  * the data checked after each bind and invalidate.
  */
 #include "rodp_mw.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define PAGE 4096
 #define LEN (16 * PAGE)

@@ -10,7 +10,7 @@
  * no ODP page stays mapped.
  */
 #include "rodp_mw.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 #include <pthread.h>
 #include <stdatomic.h>
 

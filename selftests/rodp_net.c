@@ -21,7 +21,7 @@
 #include <net/if.h>
 #include <time.h>
 #include "rodp_test.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define ROCE_PORT 4791
 #define CNT "/sys/class/infiniband/rodp0/ports/1/hw_counters/"

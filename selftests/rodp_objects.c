@@ -4,7 +4,7 @@
  * UD with address handles and Q_Keys, and the creation rules for QPs and MRs.
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 FIXTURE(obj) {
 	struct dev d;

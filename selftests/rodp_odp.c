@@ -6,7 +6,7 @@
  * debugfs and rdma netlink.
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -8,7 +8,7 @@
  * deregistration gives the memory back.
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>

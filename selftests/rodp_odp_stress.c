@@ -9,7 +9,7 @@
  * module count are back to their baseline (taken after a short warm-up round).
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 #include <pthread.h>
 #include <stdatomic.h>
 

@@ -8,7 +8,7 @@
  * at once, keys kept. A failed re-registration leaves the MR as it was.
  */
 #include "rodp_mw.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define PAGE 4096
 #define LEN (16 * PAGE)

@@ -6,7 +6,7 @@
  * they were.
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 #include <signal.h>
 #include <sys/socket.h>
 

@@ -6,7 +6,7 @@
  * responder's QP goes on; READs, atomics and SEND with invalidate are not UC operations.
  */
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define BUF (1 << 20)
 #define A 0

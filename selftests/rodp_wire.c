@@ -25,7 +25,7 @@
 #include <net/ethernet.h>
 #include <net/if.h>
 #include "rodp_verbs.h"
-#include "kselftest_harness.h"
+#include "rodp_harness.h"
 
 #define ROCE_PORT 4791
 #define PEER_QPN 0x123

@@ -69,10 +69,10 @@ rdma link add rodp1 type rodp netdev veth1
 for pair in "rodp0 rodp0" "rodp0 rodp1"; do
 	set -- $pair
 	s=$1 c=$2
-	tool "ibv_rc_pingpong $s-$c" $s $c ibv_rc_pingpong -g 1 -n 200
-	tool "ibv_ud_pingpong $s-$c" $s $c ibv_ud_pingpong -g 1 -n 200 -s 512
-	tool "ibv_srq_pingpong $s-$c" $s $c ibv_srq_pingpong -g 1 -n 200
-	tool "ibv_rc_pingpong inline $s-$c" $s $c ibv_rc_pingpong -g 1 -n 200 -s 64
+	tool "ibv_rc_pingpong $s-$c" $s $c ibv_rc_pingpong -g 1 -n 50
+	tool "ibv_ud_pingpong $s-$c" $s $c ibv_ud_pingpong -g 1 -n 50 -s 512
+	tool "ibv_srq_pingpong $s-$c" $s $c ibv_srq_pingpong -g 1 -n 50
+	tool "ibv_rc_pingpong inline $s-$c" $s $c ibv_rc_pingpong -g 1 -n 50 -s 64
 done
 # perftest's default size is 64 KiB for the bandwidth programs (a case of its own would repeat
 # the 65536 one) and 2 bytes for the latency programs; a latency at 1 MiB is a bandwidth case.
@@ -88,9 +88,9 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
 	done
 done
 # On-demand paging: rdma-core's ODP ping-pong and perftest's --odp, rodp0 to rodp1.
-tool "ibv_rc_pingpong odp rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 200 -o
-tool "ibv_rc_pingpong odp prefetch rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 200 -o -P
-tool "ibv_rc_pingpong implicit odp rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 200 -O
+tool "ibv_rc_pingpong odp rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 50 -o
+tool "ibv_rc_pingpong odp prefetch rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 50 -o -P
+tool "ibv_rc_pingpong implicit odp rodp0-rodp1" rodp0 rodp1 ibv_rc_pingpong -g 1 -n 50 -O
 for t in ib_write_bw ib_read_bw ib_send_bw; do
 	tool "$t odp 65536 rodp0-rodp1" rodp0 rodp1 $t -x 1 -n 50 -s 65536 --odp
 done
