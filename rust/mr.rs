@@ -662,28 +662,34 @@ impl MrShared {
     }
 
     /// Copies `data` to offset `off` (as returned by [`MrShared::check`]); without `fault`,
-    /// into ODP pages mapped already (see [`Faults`]).
+    /// into ODP pages mapped already (see [`Faults`]). ODP memory is written 64 KiB at most
+    /// under one hold of its umem's mutex (`with_chunks`); a write that fails at a page not
+    /// mapped may have written the bytes before it.
     pub(crate) fn write(&self, off: usize, data: &[u8], fault: bool) -> Result {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().write(off, data),
             Memory::Kernel => kmem::write(off as u64, data),
             Memory::Fast(b) => b.write(off, data),
             Memory::Odp(o) => o.each_in(off, data.len(), fault, |u, uoff, pos, n| {
-                u.with_pages(uoff, n, true, fault, |v| v.write(uoff, &data[pos..pos + n]))
+                u.with_chunks(uoff, n, true, fault, |v, voff, vn| {
+                    let at = pos + (voff - uoff);
+                    v.write(voff, &data[at..at + vn])
+                })
             }),
         }
     }
 
     /// Copies `out.len()` bytes at offset `off` into `out`; without `fault`, from ODP pages
-    /// mapped already (see [`Faults`]).
+    /// mapped already (see [`Faults`]), 64 KiB at most under one hold of a umem's mutex.
     pub(crate) fn read(&self, off: usize, out: &mut [u8], fault: bool) -> Result {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),
             Memory::Fast(b) => b.read(off, out),
             Memory::Odp(o) => o.each_in(off, out.len(), fault, |u, uoff, pos, n| {
-                u.with_pages(uoff, n, false, fault, |v| {
-                    v.read(uoff, &mut out[pos..pos + n])
+                u.with_chunks(uoff, n, false, fault, |v, voff, vn| {
+                    let at = pos + (voff - uoff);
+                    v.read(voff, &mut out[at..at + vn])
                 })
             }),
         }

@@ -660,7 +660,8 @@ fn bounce(msg: &Message<'_>) -> Option<KVVec<u8>> {
     if !data_op || !matches!(msg.data, Src::Segs(_)) || msg.len > BOUNCE_MAX {
         return None;
     }
-    let mut data = KVVec::from_elem(0u8, msg.len, GFP_KERNEL).ok()?;
+    // Up to BOUNCE_MAX for one message: a failed allocation falls back to the retries, quietly.
+    let mut data = KVVec::from_elem(0u8, msg.len, GFP_KERNEL | __GFP_NOWARN).ok()?;
     let mut k = 0;
     while k < msg.len {
         let n = (msg.len - k).min(PAGE_SIZE);

@@ -103,7 +103,7 @@ impl OdpUmem {
     /// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, holding both
     /// umems' mutexes (taken in address order; one when they are the same umem) for at most
     /// 64 KiB at a time; faults missing pages in and retries when an invalidation wins, in
-    /// pieces half as large each time (see [`shrink`]). A side that `faults` does not let fault
+    /// pieces half as large each time (see [`Pieces`]). A side that `faults` does not let fault
     /// fails the copy with [`UNMAPPED`] when it misses a page (bytes before that piece are
     /// copied).
     pub(crate) fn copy(
@@ -118,11 +118,10 @@ impl OdpUmem {
             return Err(EFAULT);
         }
         let mut pos = 0;
-        let mut piece = HOLD;
+        let mut pieces = Pieces::new();
         while pos < len {
-            let mut attempt = 0;
             loop {
-                let n = (len - pos).min(piece);
+                let n = pieces.next(pos, len);
                 let (dpages, spages) = (dst.span(doff + pos, n), src.span(soff + pos, n));
                 // Whether each side misses pages; copied when neither does.
                 let missing = |d: &Locked<'_, State>, s: &Locked<'_, State>| {
@@ -167,6 +166,7 @@ impl OdpUmem {
                 };
                 if (dmiss, smiss) == (false, false) {
                     pos += n;
+                    pieces.copied();
                     break;
                 }
                 if dmiss && !faults.dst {
@@ -175,20 +175,13 @@ impl OdpUmem {
                 if smiss && !faults.src {
                     return Err(UNMAPPED_SRC);
                 }
-                attempt += 1;
-                if attempt > 1 {
-                    dst.counters().add(|c| &c.contentions, 1);
-                    piece = shrink(n, 2);
-                }
-                if attempt > ATTEMPTS {
-                    return Err(EAGAIN);
-                }
-                let n = (len - pos).min(piece);
+                pieces.missed(n, dst.counters())?;
+                let n = pieces.next(pos, len);
                 if dmiss {
-                    dst.fault_in(doff + pos, n, true)?;
+                    dst.fault(doff + pos, n, true)?;
                 }
                 if smiss {
-                    src.fault_in(soff + pos, n, false)?;
+                    src.fault(soff + pos, n, false)?;
                 }
             }
         }
@@ -256,24 +249,17 @@ impl OdpUmem {
             if attempt > 0 {
                 self.counters().add(|c| &c.contentions, 1);
             }
-            self.fault_in(off, len, write)?;
+            // A fault that lost to invalidations throughout (EAGAIN) ends the access: its
+            // ATTEMPTS asks are the limit, not ATTEMPTS times ATTEMPTS.
+            self.fault(off, len, write)?;
         }
         Err(EAGAIN)
-    }
-
-    /// Faults `[off, off + len)` in ([`OdpUmem::fault`]); a fault that lost to invalidations
-    /// throughout is left to the caller's next attempt.
-    fn fault_in(&self, off: usize, len: usize, write: bool) -> Result {
-        match self.fault(off, len, write) {
-            Err(e) if e == EAGAIN => Ok(()),
-            r => r,
-        }
     }
 
     /// Runs `f(view, offset, length)` over `[off, off + len)` in pieces of at most 64 KiB, each
     /// with the mutex held and its pages present (see `with_pages`, also for `fault`). A piece
     /// whose pages went away between its fault and `f` is faulted again half as large (see
-    /// [`shrink`]): memory the MM keeps invalidating is still copied, a page at a time if need
+    /// [`Pieces`]): memory the MM keeps invalidating is still copied, a page at a time if need
     /// be, where insisting on 64 KiB present at once would retry for ever.
     pub(crate) fn with_chunks(
         &self,
@@ -287,10 +273,9 @@ impl OdpUmem {
             return Err(EFAULT);
         }
         let mut pos = 0;
-        let mut piece = HOLD;
-        let mut attempt = 0;
+        let mut pieces = Pieces::new();
         while pos < len {
-            let n = (len - pos).min(piece);
+            let n = pieces.next(pos, len);
             let l = self.lock();
             if l.missing(self.span(off + pos, n), write) == 0 {
                 let v = OdpView {
@@ -300,22 +285,15 @@ impl OdpUmem {
                 };
                 f(&v, off + pos, n)?;
                 pos += n;
-                attempt = 0;
+                pieces.copied();
                 continue;
             }
             drop(l);
             if !fault {
                 return Err(UNMAPPED);
             }
-            attempt += 1;
-            if attempt > 1 {
-                self.counters().add(|c| &c.contentions, 1);
-                piece = shrink(n, 2);
-            }
-            if attempt > ATTEMPTS {
-                return Err(EAGAIN);
-            }
-            self.fault_in(off + pos, (len - pos).min(piece), write)?;
+            pieces.missed(n, self.counters())?;
+            self.fault(off + pos, pieces.next(pos, len), write)?;
         }
         Ok(())
     }
@@ -343,6 +321,8 @@ impl OdpUmem {
             let n = (len - pos).min(piece);
             if self.lock().missing(self.span(off + pos, n), write) == 0 {
                 pos += n;
+                // Mapped already: a long range of such pieces still gives the CPU away.
+                wq::cond_resched();
                 continue;
             }
             let before = seq();
@@ -413,6 +393,75 @@ impl OdpUmem {
         let n = pages.len() - self.lock().missing(pages, false);
         self.counters().add(|c| &c.prefetch_pages, n as u64);
         Ok(())
+    }
+}
+
+/// Where a copy in pieces ([`OdpUmem::copy`], [`OdpUmem::with_chunks`]) stands: the size of its
+/// next piece and the misses of the current one. A piece whose pages went away between its
+/// fault and its copy is faulted again half as large; after [`REGROW`] pieces in a row copied
+/// without a contention (at most the one fault of pages not mapped before) the pieces double
+/// again, up to [`HOLD`], so that a spell of invalidations does not leave the rest of a long
+/// copy in single pages.
+struct Pieces {
+    piece: usize,
+    misses: u32,
+    streak: u32,
+}
+
+/// Pieces copied in a row without a contention before the next is twice as large.
+const REGROW: u32 = 8;
+
+impl Pieces {
+    fn new() -> Self {
+        Self {
+            piece: HOLD,
+            misses: 0,
+            streak: 0,
+        }
+    }
+
+    /// The length of the piece at `pos` of a copy of `len` bytes.
+    fn next(&self, pos: usize, len: usize) -> usize {
+        (len - pos).min(self.piece)
+    }
+
+    /// The current piece was copied.
+    fn copied(&mut self) {
+        // One miss is the fault of pages never mapped, not a contention.
+        if self.misses <= 1 {
+            self.streak += 1;
+            if self.streak >= REGROW {
+                self.piece = (self.piece * 2).min(HOLD);
+                self.streak = 0;
+            }
+        } else {
+            self.streak = 0;
+        }
+        self.misses = 0;
+    }
+
+    /// The current piece, of `n` bytes, found pages missing (and is faulted in again); counts
+    /// a contention in `counters` from its second miss on, which also halves the piece.
+    /// `EAGAIN` after [`ATTEMPTS`] misses.
+    fn missed(&mut self, n: usize, counters: &CounterSets) -> Result {
+        if self.miss(n) {
+            counters.add(|c| &c.contentions, 1);
+        }
+        if self.misses > ATTEMPTS {
+            return Err(EAGAIN);
+        }
+        Ok(())
+    }
+
+    /// [`Pieces::missed`]'s bookkeeping; whether the miss is a contention.
+    fn miss(&mut self, n: usize) -> bool {
+        self.misses += 1;
+        if self.misses == 1 {
+            return false;
+        }
+        self.streak = 0;
+        self.piece = shrink(n, 2);
+        true
     }
 }
 
@@ -487,6 +536,49 @@ mod tests {
         // hmm gave up on 48 KiB: 3 KiB is less than a page.
         assert_eq!(shrink(12 * PAGE_SIZE, 16), PAGE_SIZE);
         assert_eq!(shrink(HOLD, 2), HOLD / 2);
+        Ok(())
+    }
+
+    #[test]
+    fn pieces_halve_on_contention_and_grow_back_after_a_streak() -> Result {
+        let mut p = Pieces::new();
+        assert_eq!(p.next(0, 1 << 20), HOLD);
+        assert_eq!(p.next(1 << 20, (1 << 20) + 100), 100);
+        // The first miss is the fault of new pages; the second, a contention, halves.
+        assert!(!p.miss(HOLD));
+        assert_eq!(p.next(0, 1 << 20), HOLD);
+        assert!(p.miss(HOLD));
+        assert!(p.miss(HOLD / 2));
+        assert_eq!(p.next(0, 1 << 20), HOLD / 4);
+        // A piece copied after contentions starts no streak; REGROW clean ones double it.
+        p.copied();
+        for _ in 0..REGROW - 1 {
+            p.copied();
+        }
+        assert_eq!(p.next(0, 1 << 20), HOLD / 4);
+        p.copied();
+        assert_eq!(p.next(0, 1 << 20), HOLD / 2);
+        // A piece faulted once (new pages) and copied counts as clean.
+        for _ in 0..REGROW {
+            assert!(!p.miss(HOLD / 2));
+            p.copied();
+        }
+        assert_eq!(p.next(0, 1 << 20), HOLD);
+        for _ in 0..REGROW {
+            p.copied();
+        }
+        assert_eq!(p.next(0, 1 << 20), HOLD);
+        // A contention in the middle of a streak starts it again.
+        for _ in 0..REGROW - 1 {
+            p.copied();
+        }
+        assert!(!p.miss(HOLD));
+        assert!(p.miss(HOLD));
+        p.copied();
+        for _ in 0..REGROW - 1 {
+            p.copied();
+        }
+        assert_eq!(p.next(0, 1 << 20), HOLD / 2);
         Ok(())
     }
 }
