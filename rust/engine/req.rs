@@ -621,7 +621,9 @@ fn deliver_mapped(
         *moved = moved.saturating_add(msg.carried());
         // `Reply::Wait` returns: the responder's fault work schedules this QP again.
         match deliver(dest, msg) {
-            Reply::Retry if !write && i > 0 => match bounce(msg) {
+            // A page of the copy that cannot be faulted in ends the delivery as a failed
+            // refault would (EAGAIN from a fault that kept losing included).
+            Reply::Retry if !write && i > 0 => match bounce(msg).ok()? {
                 Some(data) => {
                     *moved = moved.saturating_add(msg.carried());
                     return Some(deliver(
@@ -646,9 +648,10 @@ fn deliver_mapped(
 /// invalidation keeps taking away between the requester's fault of all of them and the
 /// responder's copy of all of them (memory the MM changes faster than the whole message can
 /// be faulted in, a file whose page cache is dropped every few milliseconds say), where one
-/// page at a time still makes progress. `None` for other messages, or when a page cannot be
-/// faulted in or the copy cannot be allocated.
-fn bounce(msg: &Message<'_>) -> Option<KVVec<u8>> {
+/// page at a time still makes progress. `None` for other messages, or when the copy cannot be
+/// allocated (the message goes on with the retries); the error of a page that cannot be
+/// faulted in.
+fn bounce(msg: &Message<'_>) -> Result<Option<KVVec<u8>>> {
     let data_op = matches!(
         msg.opcode,
         WrOpcode::Send
@@ -658,18 +661,20 @@ fn bounce(msg: &Message<'_>) -> Option<KVVec<u8>> {
             | WrOpcode::RdmaWriteWithImm
     );
     if !data_op || !matches!(msg.data, Src::Segs(_)) || msg.len > BOUNCE_MAX {
-        return None;
+        return Ok(None);
     }
     // Up to BOUNCE_MAX for one message: a failed allocation falls back to the retries, quietly.
-    let mut data = KVVec::from_elem(0u8, msg.len, GFP_KERNEL | __GFP_NOWARN).ok()?;
+    let Ok(mut data) = KVVec::from_elem(0u8, msg.len, GFP_KERNEL | __GFP_NOWARN) else {
+        return Ok(None);
+    };
     let mut k = 0;
     while k < msg.len {
         let n = (msg.len - k).min(PAGE_SIZE);
-        gather(msg.data, k, &mut data[k..k + n], true).ok()?;
+        gather(msg.data, k, &mut data[k..k + n], true)?;
         k += n;
         wq::cond_resched();
     }
-    Some(data)
+    Ok(Some(data))
 }
 
 /// Delivers a datagram sent to a multicast group to every QP attached to it on the host, then
