@@ -130,9 +130,9 @@ pub(crate) fn check<O>(kind: Kind, entries: &[Entry<O>]) -> Result<u64, Invalid>
     Ok(total)
 }
 
-/// The capability a layout needs (`Documentation/xmw.rst`, "Objects and capabilities"), from
-/// the plainest up: a device that reports a capability takes every layout that needs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// The capability a layout needs (`Documentation/xmw.rst`, "Objects and capabilities"): a
+/// device binds the layout only if it reports that capability.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Needs {
     /// Entries one after the other (`COMPOSITE`).
     Composite,
@@ -324,9 +324,8 @@ mod tests {
     }
 
     fn at(kind: Kind, es: &[Entry<u8>], w: u64) -> (u8, u64) {
-        let s = find(kind, es, w).unwrap();
-        let e = &es[s.entry];
-        (e.obj, e.addr(s.k) + s.b)
+        let (e, a, _) = piece(kind, es, w, 1).unwrap();
+        (es[e].obj, a)
     }
 
     fn same_as_model(kind: Kind, es: &[Entry<u8>]) {
@@ -412,34 +411,24 @@ mod tests {
 
     #[test]
     fn each_layout_needs_its_capability() {
-        let a = |n, r| entry(0, 0, 1, r, &[(1, n)]);
-        assert_eq!(
-            needs(Kind::Composite, &[a(5, 1), a(3, 1)]),
-            Needs::Composite
-        );
-        assert_eq!(
-            needs(Kind::Interleaved, &[a(5, 1), a(5, 1)]),
-            Needs::Interleaved
-        );
-        assert_eq!(
-            needs(Kind::Interleaved, &[a(6, 2), a(6, 2)]),
-            Needs::Repetition
-        );
-        // The vertex example: 3, 3 and 2 per cycle, six cycles each.
-        let v = [a(18, 3), a(18, 3), a(12, 2)];
-        assert_eq!(needs(Kind::Interleaved, &v), Needs::NonuniformRepetition);
-        let short = [a(18, 3), a(18, 3), a(8, 2)];
-        assert_eq!(needs(Kind::Interleaved, &short), Needs::NonuniformTotal);
-        assert_eq!(
-            needs(Kind::Interleaved, &[a(5, 1), a(4, 1)]),
-            Needs::NonuniformTotal
-        );
-        // A last cycle only partly given is running out early too.
-        assert_eq!(
-            needs(Kind::Interleaved, &[a(5, 2), a(6, 2)]),
-            Needs::NonuniformTotal
-        );
-        assert!(Needs::Interleaved < Needs::NonuniformTotal);
+        use Kind::{Composite as C, Interleaved as I};
+        use Needs::*;
+        // Three entries of one-byte elements each: (elements, repeat).
+        let cases = [
+            (C, [(5, 1), (3, 1), (3, 1)], Composite),
+            (I, [(5, 1), (5, 1), (5, 1)], Interleaved),
+            (I, [(6, 2), (6, 2), (6, 2)], Repetition),
+            // The vertex example: 3, 3 and 2 per cycle, six cycles each.
+            (I, [(18, 3), (18, 3), (12, 2)], NonuniformRepetition),
+            (I, [(18, 3), (18, 3), (8, 2)], NonuniformTotal),
+            (I, [(5, 1), (5, 1), (4, 1)], NonuniformTotal),
+            // A last cycle only partly given is running out early too.
+            (I, [(6, 2), (6, 2), (5, 2)], NonuniformTotal),
+        ];
+        for (kind, nr, want) in cases {
+            let es = nr.map(|(n, r)| entry(0, 0, 1, r, &[(1, n)]));
+            assert_eq!(needs(kind, &es), want, "{nr:?}");
+        }
     }
 
     #[test]
