@@ -476,9 +476,7 @@ cases() {
 	# the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m: ibv_attach_mcast alone,
 	# the device makes its netdev join the IP group), READs of 64 KiB, atomics, ATOMIC WRITE
 	# and FLUSH. (rdma_cm's mckey is not here: its sender destroys its QP right after
-	# posting, before a software device has sent its datagrams.) perftest's latency programs
-	# run only where no bandwidth program covers their operation: under TCG a case costs about
-	# 10 s, mostly its programs' start.
+	# posting, before a software device has sent its datagrams.)
 	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
 	case2 "ibv_rc_pingpong 4096" rodp rxe verbs ibv_rc_pingpong -n 5 -s 4096
@@ -488,11 +486,15 @@ cases() {
 	case2 "ibv_ud_pingpong 512 ipv6" rodp rxe v6 verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "ibv_uc_pingpong 4096" rodp rxe verbs ibv_uc_pingpong -n 5 -s 4096
 	case2 "wire_ops multicast" rodp rxe ops_role -m
+	case2 "ib_read_lat 64K" rodp rxe perf ib_read_lat -n 5 -s 65536
+	case2 "ib_atomic_lat" rodp rxe perf ib_atomic_lat -n 5
 	case2 "wire_ops" rodp rxe ops_role
+	case2 "wire_ops stream" rodp rxe ops_role -s
 	case2 "ib_write_bw 64K" rodp rxe perf ib_write_bw -N -n 10 -s 65536
 	case2 "ib_read_bw 64K" rodp rxe perf ib_read_bw -N -n 10 -s 65536
 	case2 "ib_send_bw 64K" rodp rxe perf ib_send_bw -N -n 10 -s 65536
 	case2 "ib_atomic_bw" rodp rxe perf ib_atomic_bw -N -n 20
+	case2 "ib_send_lat 4K" rodp rxe perf ib_send_lat -n 5 -s 4096
 	case2 "ib_write_bw 64K odp" rodp rxe perf ib_write_bw -N -n 10 -s 65536 --odp
 	case2 "ucmatose 2" rodp rxe ucmatose_role -c 2 -C 5
 	case2 "lossy wire_ops stream 4" rodp rxe lossy ops_role -s -r 4
@@ -509,11 +511,14 @@ cases() {
 	case2 "ibv_rc_pingpong 4096 ipv6" rxe rodp v6 verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_uc_pingpong 4096" rxe rodp verbs ibv_uc_pingpong -n 5 -s 4096
 	case2 "rping 3" rxe rodp rping_role -C 3
+	case2 "ib_read_lat 64K" rxe rodp perf ib_read_lat -n 5 -s 65536
+	case2 "ib_atomic_lat" rxe rodp perf ib_atomic_lat -n 5
 	case2 "wire_ops" rxe rodp ops_role
 	case2 "ib_write_bw 64K" rxe rodp perf ib_write_bw -N -n 10 -s 65536
 	case2 "ib_read_bw 64K" rxe rodp perf ib_read_bw -N -n 10 -s 65536
 	case2 "ib_send_bw 64K" rxe rodp perf ib_send_bw -N -n 10 -s 65536
 	case2 "ib_atomic_bw" rxe rodp perf ib_atomic_bw -N -n 20
+	case2 "ib_send_lat 4K" rxe rodp perf ib_send_lat -n 5 -s 4096
 	case2 "ib_write_bw 64K odp" rxe rodp perf ib_write_bw -N -n 10 -s 65536 --odp
 	case2 "ucmatose 2" rxe rodp ucmatose_role -c 2 -C 5
 	case2 "wire_ops vanish" rxe rodp ops_role -v
@@ -542,6 +547,7 @@ cases() {
 	case2 "ib_read_bw 64K" rodp rodp perf ib_read_bw -N -n 10 -s 65536
 	case2 "ib_send_bw 64K" rodp rodp perf ib_send_bw -N -n 10 -s 65536
 	case2 "ib_atomic_bw" rodp rodp perf ib_atomic_bw -N -n 20
+	case2 "ib_send_lat 4K" rodp rodp perf ib_send_lat -n 5 -s 4096
 	case2 "ib_write_bw 64K odp" rodp rodp perf ib_write_bw -N -n 10 -s 65536 --odp
 	case2 "ucmatose 2" rodp rodp ucmatose_role -c 2 -C 5
 	case2 "ib_read_bw 64K odp" rodp rodp perf ib_read_bw -N -n 10 -s 65536 --odp
