@@ -88,6 +88,8 @@ pub(crate) struct Tables {
     pub(crate) odp: Arc<OdpCounters>,
     /// The device's counters.
     pub(crate) stats: Stats,
+    /// How far the device's inbox has got (its requesters' timers wait for it).
+    pub(crate) backlog: crate::engine::Backlog,
 }
 
 impl Tables {
@@ -103,6 +105,7 @@ impl Tables {
             workers <- crate::engine::Workers::new(),
             odp,
             stats: Stats::new(),
+            backlog: crate::engine::Backlog::new(),
         })
     }
 

@@ -50,7 +50,7 @@ use super::{
         psn::{Mtu, Psn},
     },
     resp,
-    wire::{self, Tx},
+    wire::{self, Backlog, Tx},
     xfer::{gather, transfer, Seg, Src},
     Message, Nak, Reply,
 };
@@ -124,6 +124,9 @@ pub(crate) struct Requester {
     /// How far the peer had got into the head's message when the requester last looked
     /// (`Due::reached`).
     seen_reached: Psn,
+    /// The inbox's mark ([`Backlog`]) when the retransmission timer fired with datagrams
+    /// that arrived before it still queued: the retry waits until the inbox gets past them.
+    inbox_mark: Option<u64>,
 }
 
 impl Requester {
@@ -148,6 +151,7 @@ impl Requester {
         self.after_rnr = false;
         self.sent_end = self.next_psn;
         self.head_sent = self.next_psn;
+        self.inbox_mark = None;
     }
 
     /// Messages sent behind the head, waiting for their answers.
@@ -535,9 +539,24 @@ fn advance(
         // came before the NAK).
         None if core::mem::take(&mut st.after_rnr) => again(qp, st, None, a, sgid, m, mtu, f),
         None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
+        // The retransmission timer expired, but the answer may be among the datagrams that
+        // arrived before and wait in the inbox: the timer runs again until it got past them.
+        None if inbox_behind(&qp.tables.backlog, &mut st.inbox_mark) => Step::Waiting,
         // The retransmission timer expired.
         None => again(qp, st, Some(retry_left), a, sgid, m, mtu, f),
     }
+}
+
+/// Whether a retransmission timer's expiry waits for the inbox `b`: datagrams that arrived
+/// before it are still queued. The first expiry takes the mark (`mark`), a later one looks
+/// whether the inbox got past it; the requester spends the retry once it has.
+fn inbox_behind(b: &Backlog, mark: &mut Option<u64>) -> bool {
+    let m = *mark.get_or_insert_with(|| b.mark());
+    if b.reached(m) {
+        *mark = None;
+        return false;
+    }
+    true
 }
 
 /// Sends the next step of the head's SEND or WRITE `f` once its peer has acknowledged enough
@@ -600,6 +619,7 @@ fn promote(qp: &QpShared, st: &mut Requester) -> Option<InFlight> {
     st.ahead.copy_within(1..st.n_ahead, 0);
     st.n_ahead -= 1;
     st.inflight = Some(f);
+    st.inbox_mark = None;
     // It went whole (it fitted in the window).
     st.head_sent = f.first.add(f.npkts);
     let mut ans = qp.answer.lock();
@@ -747,8 +767,10 @@ fn start(
     mtu: Mtu,
     off: usize,
 ) -> Step {
-    // A new message (or a READ's next request) follows no RNR NAK.
+    // A new message (or a READ's next request) follows no RNR NAK, and its timer has not
+    // fired yet.
     st.after_rnr = false;
+    st.inbox_mark = None;
     let (kind, npkts, len) = match m.opcode {
         WrOpcode::RdmaRead => {
             // The WQE is read again for every chunk: its user may have shrunk it meanwhile.
@@ -1923,6 +1945,28 @@ mod tests {
 
     fn is_ack(o: Option<Option<Outcome>>) -> bool {
         matches!(o, Some(Some(Outcome::Ack(_))))
+    }
+
+    #[test]
+    fn a_timer_expiry_waits_for_the_datagrams_queued_before_it_only() {
+        let b = Backlog::new();
+        let mut mark = None;
+        // Nothing queued: the retry is spent at once.
+        assert!(!inbox_behind(&b, &mut mark));
+        assert_eq!(mark, None);
+        b.queue();
+        b.queue();
+        assert!(inbox_behind(&b, &mut mark));
+        // One taken, and one more arrives after the expiry: the wait is for the first two.
+        b.take();
+        b.queue();
+        assert!(inbox_behind(&b, &mut mark));
+        b.take();
+        assert!(!inbox_behind(&b, &mut mark));
+        assert_eq!(mark, None);
+        // The next expiry takes a new mark: the third is still queued.
+        assert!(inbox_behind(&b, &mut mark));
+        assert_eq!(mark, Some(3));
     }
 
     #[test]

@@ -39,7 +39,10 @@ use core::cell::Cell;
 use kernel::{
     impl_has_work, new_spinlock_irq, new_work,
     prelude::*,
-    sync::{Arc, SpinLockIrq},
+    sync::{
+        atomic::{Acquire, Atomic, Release},
+        Arc, SpinLockIrq,
+    },
     workqueue::{Work, WorkItem},
 };
 
@@ -222,6 +225,49 @@ struct Inbound {
     raw: KVec<u8>,
 }
 
+/// How far a device's inbox has got: datagrams queued for delivery, and datagrams delivered or
+/// refused, since the device was created (in [`Tables`]).
+///
+/// A requester whose retransmission timer fires while datagrams that arrived before the expiry
+/// still wait in the inbox lets the inbox get past them before it spends a transport retry:
+/// one of them may be its answer. Under load (many QPs, a slow host) the inbox can lag its
+/// peers by more than a short timeout (`timeout` 14 is 67 ms); a requester that counted that
+/// lag against its peer would run out of retries while its answer waits here, and its peer,
+/// done, would never answer the retransmissions. The wait is bounded: the inbox holds a
+/// bounded number of datagrams and takes them in order.
+pub(crate) struct Backlog {
+    queued: Atomic<u64>,
+    taken: Atomic<u64>,
+}
+
+impl Backlog {
+    /// Nothing arrived yet.
+    pub(crate) const fn new() -> Self {
+        Self {
+            queued: Atomic::new(0),
+            taken: Atomic::new(0),
+        }
+    }
+
+    /// What has arrived so far: the mark a requester waits for the inbox to reach.
+    pub(crate) fn mark(&self) -> u64 {
+        self.queued.load(Acquire)
+    }
+
+    /// Whether every datagram queued before `mark` was taken was delivered or refused.
+    pub(crate) fn reached(&self, mark: u64) -> bool {
+        self.taken.load(Acquire) >= mark
+    }
+
+    pub(super) fn queue(&self) {
+        self.queued.fetch_add(1, Release);
+    }
+
+    pub(super) fn take(&self) {
+        self.taken.fetch_add(1, Release);
+    }
+}
+
 /// A device's received datagrams, delivered in process context by its work item.
 #[pin_data]
 pub(crate) struct Inbox {
@@ -276,6 +322,7 @@ impl Inbox {
             if q.len() >= room || q.push(ib, GFP_ATOMIC).is_err() {
                 return false;
             }
+            self.tables.backlog.queue();
         }
         let _ = crate::ib::wq::reclaim().enqueue(self.clone());
         true
@@ -296,6 +343,7 @@ impl Inbox {
                 if !self.deliver_one(ib) {
                     self.tables.stats.inc(Counter::RcvdDroppedPkts);
                 }
+                self.tables.backlog.take();
             }
             batch.clear();
             spare = if batch.capacity() <= INBOX_LEN {
