@@ -71,6 +71,11 @@ pub(super) trait Mtt {
         pages.filter(|&i| !self.usable(i, write)).count()
     }
 
+    /// The first entry in `pages` not usable (not writable when `write`).
+    fn first_missing(&self, mut pages: Range<usize>, write: bool) -> Option<usize> {
+        pages.find(|&i| !self.usable(i, write))
+    }
+
     /// Copies the entries of `pages` that the umem's pfn list holds as valid (the fault this
     /// guard comes from has just validated them) into the MTT; returns how many became usable
     /// (writable when `write`).

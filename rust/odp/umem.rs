@@ -318,13 +318,21 @@ impl OdpUmem {
         let mut asked = false;
         let mut usable = 0;
         while pos < len {
-            let n = (len - pos).min(piece);
-            if self.lock().missing(self.span(off + pos, n), write) == 0 {
-                pos += n;
-                // Mapped already: a long range of such pieces still gives the CPU away.
-                wq::cond_resched();
-                continue;
+            // Pages mapped already are passed under one hold of the lock, up to the first one
+            // missing or a batch's worth (a long mapped range still gives the CPU away).
+            let w = (len - pos).min(FAULT_BATCH);
+            let span = self.span(off + pos, w);
+            match self.lock().first_missing(span.clone(), write) {
+                None => {
+                    pos += w;
+                    wq::cond_resched();
+                    continue;
+                }
+                // The ask starts at that page (it begins past `off + pos`).
+                Some(i) if i > span.start => pos = i * PAGE_SIZE - self.lead - off,
+                Some(_) => {}
             }
+            let n = (len - pos).min(piece);
             let before = seq();
             match self.map(off + pos, n, write, true) {
                 Ok(u) => {
