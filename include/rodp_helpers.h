@@ -34,6 +34,12 @@ bool rodp_helper_vma_is_shared(const struct vm_area_struct *vma);
 void rodp_helper_mark_name_assigned_by_user(struct ib_device *ibdev);
 u64 rodp_helper_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 
+/* rust/helpers/uapi.c: the driver-specific uverbs methods (include/rodp-xmw-abi.h). */
+struct uverbs_attr_bundle;
+struct uapi_definition;
+const struct uapi_definition *
+rodp_helper_uapi_defs(int (*query_xmw)(struct uverbs_attr_bundle *attrs));
+
 u32 rodp_helper_load_acquire_u32(const u32 *p);
 void rodp_helper_store_release_u32(u32 *p, u32 v);
 struct ib_umem;

@@ -29,6 +29,18 @@ use kernel::{
     ThisModule,
 };
 
+/// What a device binds of extended memory windows (`struct rodp_xmw_caps`,
+/// `Documentation/xmw.rst`): the layout kinds (`RODP_XMW_*` flags) and the limits.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct XmwCaps {
+    pub(crate) flags: u32,
+    pub(crate) max_list: u32,
+    pub(crate) max_inline_list: u32,
+    pub(crate) max_depth: u32,
+    pub(crate) max_dims: u32,
+    pub(crate) max_total: u64,
+}
+
 /// The driver ids user space picks a provider by (`enum rdma_driver_id`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u32)]
@@ -281,6 +293,12 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// Reports device attributes; `udata` is the driver part of a user query.
     fn query_device(dev: &Device<Self>, udata: Option<&Udata<'_>>) -> Result<DeviceAttr>;
+
+    /// What the device binds of extended memory windows (`RODP_METHOD_DEVICE_QUERY_XMW`,
+    /// `include/rodp-xmw-abi.h`): nothing unless the driver says so.
+    fn xmw_caps() -> XmwCaps {
+        XmwCaps::default()
+    }
 
     /// Reports attributes of port `port`.
     fn query_port(dev: &Device<Self>, port: u32) -> Result<PortAttr>;
@@ -753,6 +771,8 @@ impl<T: Driver> Device<T> {
             }
             bindings::mark_name_assigned_by_user(ib);
             bindings::ib_set_device_ops(ib, &ops);
+            // The driver-specific uverbs methods (rust/helpers/uapi.c): static tables.
+            (*ib).driver_def = bindings::uapi_defs(Some(Self::query_xmw_cb));
         }
         // SAFETY: `ib` is valid and the netdev is referenced by the caller; the core takes its
         // own reference.
@@ -905,6 +925,34 @@ impl<T: Driver> Device<T> {
         let v: u64 = T::sysfs_stat(dev, index);
         // SAFETY: `buf` is the page sysfs provides; the format takes one `u64`.
         unsafe { bindings::sysfs_emit(buf, c"%llu\n".as_char_ptr(), v) as isize }
+    }
+
+    /// `RODP_METHOD_DEVICE_QUERY_XMW`: copies [`Driver::xmw_caps`] out.
+    ///
+    /// # Safety
+    ///
+    /// ib_core passes the live bundle of a call of that method.
+    unsafe extern "C" fn query_xmw_cb(attrs: *mut bindings::uverbs_attr_bundle) -> c_int {
+        let c = T::xmw_caps();
+        let out = bindings::rodp_xmw_caps {
+            flags: c.flags,
+            max_mkey_list_sz: c.max_list,
+            max_mkey_inline_list_sz: c.max_inline_list,
+            max_mw_recursion_depth: c.max_depth,
+            max_mw_stride_dimension: c.max_dims,
+            reserved: 0,
+            max_total: c.max_total,
+        };
+        // SAFETY: `attrs` is live for the call; uapi.c declares the attribute as the output
+        // of a `struct rodp_xmw_caps`, and `uverbs_copy_to` copies at most the user's length.
+        unsafe {
+            bindings::uverbs_copy_to(
+                attrs,
+                bindings::rodp_xmw_query_attrs_RODP_ATTR_QUERY_XMW_CAPS as usize,
+                (&raw const out).cast(),
+                core::mem::size_of_val(&out),
+            )
+        }
     }
 
     /// # Safety
