@@ -60,18 +60,23 @@ pub(super) enum Exec {
     Sent,
     /// Still waiting for that answer: nothing changes.
     Pending,
+    /// The retransmission timer expired while datagrams that arrived before it still wait in
+    /// the device's inbox (`wire::Backlog`): no retry is spent, and the requester looks again
+    /// after an eighth of the timeout.
+    Recheck,
     /// Not for a user's doorbell (its memory is paged on demand, and a fault must not block
     /// `ibv_post_send`): the QP's worker runs it.
     Defer,
 }
 
-/// The transport timer: 4.096 us * 2^code; code 0 means "infinite", retried every 10 ms here.
-fn timeout_delay(code: u8) -> Delta {
+/// The transport timer in microseconds: 4.096 us * 2^code; code 0 means "infinite", retried
+/// every 10 ms here.
+fn timeout_us(code: u8) -> i64 {
     if code == 0 {
-        return Delta::from_millis(10);
+        return 10_000;
     }
     let us = (4096u64 << code.min(24)) / 1000;
-    Delta::from_micros(us.clamp(100, 2_000_000) as i64)
+    us.clamp(100, 2_000_000) as i64
 }
 
 /// Arms `qp`'s backoff timer: the WQE at the head runs again when it fires.
@@ -123,9 +128,13 @@ pub(super) fn complete(
             qp.kick();
             return false;
         }
-        Exec::Sent => {
+        Exec::Sent | Exec::Recheck => {
             sq.waiting = true;
-            backoff(qp, &mut sq, timeout_delay(a.timeout));
+            let mut us = timeout_us(a.timeout);
+            if let Exec::Recheck = exec {
+                us = (us / 8).max(100);
+            }
+            backoff(qp, &mut sq, Delta::from_micros(us));
             return false;
         }
         _ => {}
@@ -167,7 +176,12 @@ pub(super) fn complete(
                 return false;
             }
         }
-        Exec::NoAnswer | Exec::Wait(None) | Exec::Sent | Exec::Pending | Exec::Defer => {
+        Exec::NoAnswer
+        | Exec::Wait(None)
+        | Exec::Sent
+        | Exec::Recheck
+        | Exec::Pending
+        | Exec::Defer => {
             let left = sq.retry_left.get_or_insert(a.retry_cnt);
             if *left == 0 && a.timeout != 0 {
                 stats.inc(Counter::RetryExceededErr);
@@ -180,7 +194,7 @@ pub(super) fn complete(
                     // Re-resolve: the peer may appear or change state meanwhile.
                     sq.peer = None;
                 }
-                backoff(qp, &mut sq, timeout_delay(a.timeout));
+                backoff(qp, &mut sq, Delta::from_micros(timeout_us(a.timeout)));
                 return false;
             }
         }

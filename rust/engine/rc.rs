@@ -538,10 +538,13 @@ fn advance(
         // After an RNR NAK's wait the message goes again without a transport retry (whatever
         // came before the NAK).
         None if core::mem::take(&mut st.after_rnr) => again(qp, st, None, a, sgid, m, mtu, f),
-        None if core::mem::take(&mut qp.answer.lock().progress) => Step::Waiting,
+        None if core::mem::take(&mut qp.answer.lock().progress) => {
+            st.inbox_mark = None;
+            Step::Waiting
+        }
         // The retransmission timer expired, but the answer may be among the datagrams that
-        // arrived before and wait in the inbox: the timer runs again until it got past them.
-        None if inbox_behind(&qp.tables.backlog, &mut st.inbox_mark) => Step::Waiting,
+        // arrived before and wait in the inbox: looked at again soon, until it got past them.
+        None if inbox_behind(&qp.tables.backlog, &mut st.inbox_mark) => Step::Exec(Exec::Recheck),
         // The retransmission timer expired.
         None => again(qp, st, Some(retry_left), a, sgid, m, mtu, f),
     }
@@ -917,6 +920,7 @@ fn again(
         qp.tables.stats.inc(Counter::CompleterRetryErr);
     }
     st.rewind(f, g);
+    st.inbox_mark = None;
     send_again(qp, st, a, sgid, m, mtu, g, UNACKED_PSNS)
 }
 

@@ -196,7 +196,7 @@ fn step(qp: &Arc<QpShared>, moved: &mut usize, wait: bool) -> bool {
         _ => Exec::Done(WcStatus::LocQpOpErr, 0),
     };
     scratch.clear();
-    if matches!(exec, Exec::Sent | Exec::Pending) && op.is_some_and(rc::pipelines) {
+    if matches!(exec, Exec::Sent | Exec::Recheck | Exec::Pending) && op.is_some_and(rc::pipelines) {
         // The head waits for its answer from another host: the WQEs behind it go meanwhile.
         send_behind(qp, &q, &mut sq, moved, !wait);
     }

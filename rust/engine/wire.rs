@@ -233,8 +233,10 @@ struct Inbound {
 /// one of them may be its answer. Under load (many QPs, a slow host) the inbox can lag its
 /// peers by more than a short timeout (`timeout` 14 is 67 ms); a requester that counted that
 /// lag against its peer would run out of retries while its answer waits here, and its peer,
-/// done, would never answer the retransmissions. The wait is bounded: the inbox holds a
-/// bounded number of datagrams and takes them in order.
+/// done, would never answer the retransmissions. It looks again after an eighth of its
+/// timeout. The wait is as long as the inbox takes to get through what it held at the expiry
+/// (a bounded number of datagrams, taken in order), not longer: what arrives later, a flood
+/// included, does not extend it.
 pub(crate) struct Backlog {
     queued: Atomic<u64>,
     taken: Atomic<u64>,
