@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR BSD-2-Clause) */
+/*
+ * librodp-xmw: rodp's extended memory windows for programs using the unchanged libibverbs
+ * (Documentation/xmw.rst). It takes the ibv_context, ibv_pd, ibv_mr, ibv_mw and ibv_qp objects
+ * the rxe provider made for a rodp device and reaches the kernel through the context's uverbs
+ * command file; every check is the kernel's.
+ *
+ * Build against it with: pkg-config --cflags --libs rodp-xmw
+ *
+ * What the library does today: it asks a device what it binds (rodp_xmw_query_device). The
+ * binding calls follow as the kernel gains them; a device reports only what works.
+ */
+#ifndef RODP_XMW_H
+#define RODP_XMW_H
+
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* rodp_xmw_mw_caps.general_caps: the layouts a device binds to a window. */
+enum rodp_xmw_general_caps {
+	RODP_XMW_CAP_COMPOSITE = 1 << 0,
+	RODP_XMW_CAP_INTERLEAVED = 1 << 1,
+	RODP_XMW_CAP_INTERLEAVED_REPETITION = 1 << 2,
+	RODP_XMW_CAP_INTERLEAVED_NONUNIFORM_REPETITION = 1 << 3,
+	RODP_XMW_CAP_INTERLEAVED_NONUNIFORM_TOTAL_ITEMS = 1 << 4,
+};
+
+/* What a device binds of extended memory windows (the proposal's memory window caps). */
+struct rodp_xmw_mw_caps {
+	uint32_t general_caps;			/* enum rodp_xmw_general_caps */
+	uint32_t max_mkey_list_sz;		/* entries of one layout */
+	uint32_t max_mkey_inline_list_sz;	/* entries a send-queue bind carries */
+	uint32_t max_mw_recursion_depth;	/* windows within windows */
+	uint32_t max_mw_stride_dimension;	/* dimensions of one entry */
+	uint64_t max_total;			/* bytes a layout window presents at most */
+};
+
+/*
+ * Fills caps with what the device of ctx binds. Returns 0, or an errno value:
+ * EOPNOTSUPP when the device is not a rodp device (another driver has no such call), or the
+ * error of the call (EINVAL for a NULL argument).
+ */
+int rodp_xmw_query_device(struct ibv_context *ctx, struct rodp_xmw_mw_caps *caps);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
