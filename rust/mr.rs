@@ -670,11 +670,8 @@ impl MrShared {
             Memory::Pinned(u) => u.pages().write(off, data),
             Memory::Kernel => kmem::write(off as u64, data),
             Memory::Fast(b) => b.write(off, data),
-            Memory::Odp(o) => o.each_in(off, data.len(), fault, |u, uoff, pos, n| {
-                u.with_chunks(uoff, n, true, fault, |v, voff, vn| {
-                    let at = pos + (voff - uoff);
-                    v.write(voff, &data[at..at + vn])
-                })
+            Memory::Odp(o) => o.each_chunk(off, data.len(), true, fault, |v, voff, at, vn| {
+                v.write(voff, &data[at..at + vn])
             }),
         }
     }
@@ -686,11 +683,8 @@ impl MrShared {
             Memory::Pinned(u) => u.pages().read(off, out),
             Memory::Kernel => kmem::read(off as u64, out),
             Memory::Fast(b) => b.read(off, out),
-            Memory::Odp(o) => o.each_in(off, out.len(), fault, |u, uoff, pos, n| {
-                u.with_chunks(uoff, n, false, fault, |v, voff, vn| {
-                    let at = pos + (voff - uoff);
-                    v.read(voff, &mut out[at..at + vn])
-                })
+            Memory::Odp(o) => o.each_chunk(off, out.len(), false, fault, |v, voff, at, vn| {
+                v.read(voff, &mut out[at..at + vn])
             }),
         }
     }
@@ -740,18 +734,14 @@ impl MrShared {
                 return d.pages().copy_from(off, s.pages(), src_off, len);
             }
             (Memory::Odp(d), Memory::Pinned(s)) => {
-                return d.each_in(off, len, faults.dst, |u, uoff, pos, n| {
-                    u.with_chunks(uoff, n, true, faults.dst, |v, voff, vn| {
-                        copy_pages(v, voff, s.pages(), src_off + pos + (voff - uoff), vn)
-                    })
+                return d.each_chunk(off, len, true, faults.dst, |v, voff, at, vn| {
+                    copy_pages(v, voff, s.pages(), src_off + at, vn)
                 });
             }
             (Memory::Pinned(d), Memory::Odp(s)) => {
                 return s
-                    .each_in(src_off, len, faults.src, |u, uoff, pos, n| {
-                        u.with_chunks(uoff, n, false, faults.src, |v, voff, vn| {
-                            copy_pages(d.pages(), off + pos + (voff - uoff), v, voff, vn)
-                        })
+                    .each_chunk(src_off, len, false, faults.src, |v, voff, at, vn| {
+                        copy_pages(d.pages(), off + at, v, voff, vn)
                     })
                     .map_err(src_side);
             }

@@ -16,7 +16,7 @@ mod mtt;
 mod umem;
 
 pub(crate) use counters::{CounterSets, OdpCounters};
-pub(crate) use umem::OdpUmem;
+pub(crate) use umem::{OdpUmem, OdpView};
 
 use crate::ib::{
     device::{Device, Driver},
@@ -185,6 +185,24 @@ impl Odp {
                 r
             }),
         }
+    }
+
+    /// [`Self::each_in`] and [`OdpUmem::with_chunks`] together: `f` gets each chunk's view
+    /// (writable when `write`), its offset in the view's umem, its position in
+    /// `[off, off + len)` and its length.
+    pub(crate) fn each_chunk(
+        &self,
+        off: usize,
+        len: usize,
+        write: bool,
+        fault: bool,
+        mut f: impl FnMut(&OdpView<'_>, usize, usize, usize) -> Result,
+    ) -> Result {
+        self.each_in(off, len, fault, |u, uoff, pos, n| {
+            u.with_chunks(uoff, n, write, fault, |v, voff, vn| {
+                f(v, voff, pos + (voff - uoff), vn)
+            })
+        })
     }
 
     /// Prefetch of `[off, off + len)`: faults the range in (writable when `write`), or with
