@@ -15,18 +15,21 @@
 
 #include <stdint.h>
 #include <infiniband/verbs.h>
+#include <rodp-xmw-abi.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* rodp_xmw_mw_caps.general_caps: the layouts a device binds to a window. */
+/* rodp_xmw_mw_caps.general_caps: the layouts a device binds to a window, under the
+ * proposal's names (the values are the kernel ABI's). */
 enum rodp_xmw_general_caps {
-	RODP_XMW_CAP_COMPOSITE = 1 << 0,
-	RODP_XMW_CAP_INTERLEAVED = 1 << 1,
-	RODP_XMW_CAP_INTERLEAVED_REPETITION = 1 << 2,
-	RODP_XMW_CAP_INTERLEAVED_NONUNIFORM_REPETITION = 1 << 3,
-	RODP_XMW_CAP_INTERLEAVED_NONUNIFORM_TOTAL_ITEMS = 1 << 4,
+	RODP_XMW_CAP_COMPOSITE = RODP_XMW_COMPOSITE,
+	RODP_XMW_CAP_INTERLEAVED = RODP_XMW_INTERLEAVED,
+	RODP_XMW_CAP_INTERLEAVED_REPETITION = RODP_XMW_INTERLEAVED_REPETITION,
+	RODP_XMW_CAP_INTERLEAVED_NONUNIFORM_REPETITION = RODP_XMW_INTERLEAVED_NONUNIFORM_REPETITION,
+	RODP_XMW_CAP_INTERLEAVED_NONUNIFORM_TOTAL_ITEMS =
+		RODP_XMW_INTERLEAVED_NONUNIFORM_TOTAL_ITEMS,
 };
 
 /* What a device binds of extended memory windows (the proposal's memory window caps). */

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rodp's driver-specific uverbs methods (include/rodp-xmw-abi.h), reached as the extended
- * memory windows library will reach them: RDMA_VERBS_IOCTL on the command file of a context the
- * unchanged rxe provider opened, as an unprivileged user. The device answers what it binds of
- * extended windows (nothing yet: every capability it reports must work), and refuses calls
- * that name another driver or a method it does not have.
+ * rodp's driver-specific uverbs methods (include/rodp-xmw-abi.h), reached raw as the extended
+ * memory windows library reaches them (RDMA_VERBS_IOCTL on the command file of a context the
+ * unchanged rxe provider opened) and through the library itself, librodp-xmw: this program is
+ * built against it through pkg-config (the Makefile's rule for it fails without) and loads it
+ * from beside itself ($ORIGIN). The device answers what it binds of extended windows (nothing
+ * yet: every capability it reports must work), to an unprivileged user too, and refuses calls
+ * that name another driver or a method it does not have; the library answers what the kernel
+ * answers, EINVAL for a NULL argument and EOPNOTSUPP on rxe's own device.
  */
 #include "rodp_verbs.h"
 #include "rodp_harness.h"
@@ -12,7 +15,8 @@
 #include <rdma/rdma_user_ioctl_cmds.h>
 #include <rdma/ib_user_ioctl_cmds.h>
 #include <rdma/ib_user_ioctl_verbs.h>
-#include "../include/rodp-xmw-abi.h"
+#include <rodp-xmw-abi.h>
+#include <rodp-xmw.h>
 
 /* One method call with one output attribute of len bytes at out; errno on failure. */
 static int call_out(struct ibv_context *ctx, __u16 object, __u16 method, __u32 driver,
@@ -103,7 +107,38 @@ TEST_F(xmw, another_drivers_call_or_an_unknown_method_is_refused)
 					    RODP_ATTR_QUERY_XMW_CAPS, &caps, sizeof(caps), NULL));
 }
 
-/* The library's callers are users: the query needs no privilege. */
+TEST_F(xmw, the_library_answers_what_the_kernel_answers)
+{
+	struct rodp_xmw_mw_caps caps;
+	struct rodp_xmw_caps k;
+
+	memset(&caps, 0xa5, sizeof(caps));
+	memset(&k, 0x5a, sizeof(k));
+	ASSERT_EQ(0, rodp_xmw_query_device(self->ctx, &caps));
+	ASSERT_EQ(0, call_out(self->ctx, UVERBS_OBJECT_DEVICE, RODP_METHOD_DEVICE_QUERY_XMW,
+			      RDMA_DRIVER_RXE, RODP_ATTR_QUERY_XMW_CAPS, &k, sizeof(k), NULL));
+	EXPECT_EQ(k.flags, caps.general_caps);
+	EXPECT_EQ(k.max_mkey_list_sz, caps.max_mkey_list_sz);
+	EXPECT_EQ(k.max_mkey_inline_list_sz, caps.max_mkey_inline_list_sz);
+	EXPECT_EQ(k.max_mw_recursion_depth, caps.max_mw_recursion_depth);
+	EXPECT_EQ(k.max_mw_stride_dimension, caps.max_mw_stride_dimension);
+	EXPECT_EQ(k.max_total, caps.max_total);
+	/* A layout kind reported comes with its limits. */
+	if (caps.general_caps) {
+		EXPECT_NE(0, caps.max_mkey_list_sz);
+		EXPECT_NE(0, caps.max_total);
+	}
+}
+
+TEST_F(xmw, the_library_refuses_null_arguments)
+{
+	struct rodp_xmw_mw_caps caps;
+
+	EXPECT_EQ(EINVAL, rodp_xmw_query_device(NULL, &caps));
+	EXPECT_EQ(EINVAL, rodp_xmw_query_device(self->ctx, NULL));
+}
+
+/* The library's callers are users: the query needs no privilege, raw or through it. */
 TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 {
 	int st;
@@ -111,6 +146,7 @@ TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 
 	ASSERT_LE(0, pid);
 	if (!pid) {
+		struct rodp_xmw_mw_caps lib;
 		struct rodp_xmw_caps caps;
 		struct ibv_context *ctx;
 
@@ -119,13 +155,40 @@ TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 		ctx = open_dev("rodp0");
 		if (!ctx)
 			_exit(2);
-		_exit(call_out(ctx, UVERBS_OBJECT_DEVICE, RODP_METHOD_DEVICE_QUERY_XMW,
-			       RDMA_DRIVER_RXE, RODP_ATTR_QUERY_XMW_CAPS, &caps, sizeof(caps),
-			       NULL) ? 3 : 0);
+		if (call_out(ctx, UVERBS_OBJECT_DEVICE, RODP_METHOD_DEVICE_QUERY_XMW,
+			     RDMA_DRIVER_RXE, RODP_ATTR_QUERY_XMW_CAPS, &caps, sizeof(caps), NULL))
+			_exit(3);
+		_exit(rodp_xmw_query_device(ctx, &lib) ? 4 : 0);
 	}
 	ASSERT_EQ(pid, waitpid(pid, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st));
 	EXPECT_EQ(0, WEXITSTATUS(st));
+}
+
+/* rxe's own device (the port is rxe's once rodp's last device is gone). Loading rdma_rxe
+ * takes tens of seconds under TCG. */
+FIXTURE(other) {};
+FIXTURE_SETUP(other)
+{
+	ensure_netdevs();
+	sh(NULL, 0, "rdma link delete rodp0");
+}
+FIXTURE_TEARDOWN(other)
+{
+	sh(NULL, 0, "rdma link delete rxe0; rmmod rdma_rxe");
+}
+
+TEST_F_TIMEOUT(other, the_library_gets_eopnotsupp_on_another_drivers_device, 240)
+{
+	struct rodp_xmw_mw_caps caps;
+	struct ibv_context *ctx;
+
+	ASSERT_EQ(0, sh(NULL, 0, "modprobe rdma_rxe"));
+	ASSERT_EQ(0, sh(NULL, 0, "rdma link add rxe0 type rxe netdev veth0"));
+	ctx = open_dev("rxe0");
+	ASSERT_NE(NULL, ctx);
+	EXPECT_EQ(EOPNOTSUPP, rodp_xmw_query_device(ctx, &caps));
+	ibv_close_device(ctx);
 }
 
 TEST_HARNESS_MAIN
