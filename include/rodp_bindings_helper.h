@@ -15,6 +15,7 @@
 #include <linux/mmu_notifier.h>
 #include <rodp_umap.h>
 #include <rodp-xmw-abi.h>
+#include <rodp_uapi.h>
 /* Exported by ib_core, declared only in its private core_priv.h (see rodp_umap.h). */
 void rdma_umap_priv_init(struct rodp_umap_priv *priv, struct vm_area_struct *vma,
 			 struct rdma_user_mmap_entry *entry);

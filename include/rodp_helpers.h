@@ -37,8 +37,11 @@ u64 rodp_helper_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 /* rust/helpers/uapi.c: the driver-specific uverbs methods (include/rodp-xmw-abi.h). */
 struct uverbs_attr_bundle;
 struct uapi_definition;
-const struct uapi_definition *
-rodp_helper_uapi_defs(int (*query_xmw)(struct uverbs_attr_bundle *attrs));
+struct rodp_uapi_ops;
+const struct uapi_definition *rodp_helper_uapi_defs(const struct rodp_uapi_ops *ops);
+void *rodp_helper_uverbs_attr_get_obj(const struct uverbs_attr_bundle *attrs, u16 idx);
+int rodp_helper_uverbs_copy_from(void *to, const struct uverbs_attr_bundle *attrs, size_t idx,
+				 size_t size);
 
 u32 rodp_helper_load_acquire_u32(const u32 *p);
 void rodp_helper_store_release_u32(u32 *p, u32 v);

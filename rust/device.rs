@@ -9,7 +9,7 @@ use crate::{
         self,
         device::{
             core_cap, kernel_cap, odp_cap, port_cap, write_cmd, BoundDevice, DriverId, LinkLayer,
-            NewDevice, PortImmutable, SysfsStats, MGMT_MAD_SIZE,
+            NewDevice, PortImmutable, SysfsStats, XmwCaps, MGMT_MAD_SIZE,
         },
         event::Events,
         hw_stats::{DriverAttrs, MrCounters, StatDesc},
@@ -26,7 +26,7 @@ use crate::{
     limit::Limit,
     mcast, mr, mw,
     odp::OdpCounters,
-    pd, qp, srq, stats, ucontext,
+    pd, qp, srq, stats, ucontext, xmw,
 };
 use kernel::{
     prelude::*,
@@ -413,6 +413,18 @@ impl ib::Driver for Rodp {
         // Served to user space only; dropping the data at deallocation unbinds the window.
         ctx.ok_or(EOPNOTSUPP)?;
         mw::Mw::alloc(dev, pd, type2)
+    }
+
+    fn xmw_caps() -> XmwCaps {
+        xmw::caps()
+    }
+
+    fn xmw_grant(mr: &mr::Mr) -> Result {
+        mr.grant_noncontig()
+    }
+
+    fn xmw_init(mw: &mw::Mw, max_descriptors: u32) -> Result {
+        mw.extend(max_descriptors)
     }
 
     fn create_ah(

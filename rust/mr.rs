@@ -78,13 +78,16 @@ enum Memory {
 }
 
 /// What an MR keeps across re-registrations: the lock that orders window binds against
-/// deregistration and re-registration, the number of windows bound, and an MR of
-/// `ib_alloc_mr`'s page list.
+/// deregistration and re-registration, the number of windows bound, an MR of
+/// `ib_alloc_mr`'s page list, and the grant of non-contiguous binding.
 #[pin_data]
 pub(crate) struct Anchor {
     #[pin]
     windows: Mutex<u32>,
     stage: Option<Arc<fast::Stage>>,
+    /// Extended windows' layouts may name the MR (`IBV_ACCESS_BIND_MW_NONCONTIG`,
+    /// `Documentation/xmw.rst`): set by [`Mr::grant_noncontig`], never cleared.
+    noncontig: Atomic<bool>,
 }
 
 /// An MR as the engine sees it: one registration. Re-registering puts a new one in the table
@@ -295,6 +298,7 @@ impl Mr {
             pin_init!(Anchor {
                 windows <- new_mutex!(0),
                 stage,
+                noncontig: Atomic::new(false),
             }),
             GFP_KERNEL,
         )?;
@@ -455,13 +459,28 @@ impl Mr {
             .filter(|m| core::ptr::eq(&*m.anchor, &*self.anchor))
     }
 
+    /// Grants extended memory windows' layouts the right to name this MR, the proposal's
+    /// `IBV_ACCESS_BIND_MW_NONCONTIG` (`RODP_METHOD_MR_XMW_GRANT`; the kernel refuses access
+    /// bits it does not know at registration, so the grant comes by its own call). It lasts
+    /// until deregistration, through re-registrations, like the MR's key.
+    pub(crate) fn grant_noncontig(&self) -> Result {
+        if self.gone.load(Relaxed) {
+            return Err(EINVAL);
+        }
+        self.anchor.noncontig.store(true, Relaxed);
+        Ok(())
+    }
+
     /// For `rdma -dd resource show mr`: `odp` (`explicit` or `implicit`) and an implicit
     /// MR's `odp_children`, for ODP MRs; `windows`, the number of memory windows bound, when
-    /// there are any.
+    /// there are any; `bind_noncontig` 1 once [granted](Mr::grant_noncontig).
     pub(crate) fn fill_attrs(&self, out: &mut DriverAttrs) -> Result {
         let Some(s) = self.shared() else {
             return Ok(());
         };
+        if self.anchor.noncontig.load(Relaxed) {
+            out.u32(c"bind_noncontig", 1)?;
+        }
         if let Memory::Odp(o) = &*s.mem {
             match o.as_implicit() {
                 Some(i) => {

@@ -27,6 +27,7 @@ use crate::{
     limit::Token,
     mr::{Fault, MrRef, MrShared},
     qp::QpShared,
+    xmw,
 };
 use kernel::{
     new_mutex,
@@ -61,6 +62,9 @@ struct Bound {
 struct State {
     key: u32,
     bound: Option<Bound>,
+    /// The most entries a layout bound to the window may have (`alloc_mw_ex`'s
+    /// `max_descriptors`); 0 for a window that is not extended.
+    descriptors: u32,
     /// Deallocated: never bound again.
     freed: bool,
 }
@@ -113,6 +117,7 @@ impl Mw {
                     state <- new_mutex!(State {
                         key,
                         bound: None,
+                        descriptors: 0,
                         freed: false,
                     }),
                     gate <- Gate::new(),
@@ -130,6 +135,24 @@ impl Mw {
             },
             key,
         ))
+    }
+}
+
+impl Mw {
+    /// Makes the window an extended one with a budget of `n` layout entries
+    /// (`RODP_METHOD_MW_XINIT`, the second half of `alloc_mw_ex`): `n` from 1 to
+    /// [`xmw::MAX_LIST`]; refused while the window is bound. The budget may change between
+    /// bindings; the window still binds as an ordinary one too.
+    pub(crate) fn extend(&self, n: u32) -> Result {
+        if n == 0 || n > xmw::MAX_LIST {
+            return Err(EINVAL);
+        }
+        let mut st = self.shared.state.lock();
+        if st.bound.is_some() {
+            return Err(EBUSY);
+        }
+        st.descriptors = n;
+        Ok(())
     }
 }
 

@@ -30,6 +30,7 @@ mod srq;
 mod stats;
 mod table;
 mod ucontext;
+mod xmw;
 
 use kernel::prelude::*;
 

@@ -220,6 +220,20 @@ struct ib_udata *rodp_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
 	return &attrs->driver_udata;
 }
 
+/* The object of a handle attribute, NULL when the attribute is absent. */
+void *rodp_helper_uverbs_attr_get_obj(const struct uverbs_attr_bundle *attrs, u16 idx)
+{
+	void *obj = uverbs_attr_get_obj(attrs, idx);
+
+	return IS_ERR(obj) ? NULL : obj;
+}
+
+int rodp_helper_uverbs_copy_from(void *to, const struct uverbs_attr_bundle *attrs, size_t idx,
+				 size_t size)
+{
+	return _uverbs_copy_from(to, attrs, idx, size);
+}
+
 bool rodp_helper_ib_device_try_get(struct ib_device *dev)
 {
 	return ib_device_try_get(dev);

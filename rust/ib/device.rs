@@ -13,6 +13,7 @@ use super::{
     mmap,
     netdev::{NetDev, NetDevRef},
     object::{Ah, Cq, Mw, Pd, Qp, Srq, UContext},
+    uapi::Uapi,
     udata::Udata,
     verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
@@ -298,6 +299,18 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// `include/rodp-xmw-abi.h`): nothing unless the driver says so.
     fn xmw_caps() -> XmwCaps {
         XmwCaps::default()
+    }
+
+    /// Grants non-contiguous binding of `mr` (`RODP_METHOD_MR_XMW_GRANT`; the MR is one of
+    /// the caller's).
+    fn xmw_grant(_mr: &Self::Mr) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Gives window `mw` a budget of `max_descriptors` layout entries
+    /// (`RODP_METHOD_MW_XINIT`; the window is one of the caller's).
+    fn xmw_init(_mw: &Self::Mw, _max_descriptors: u32) -> Result {
+        Err(EOPNOTSUPP)
     }
 
     /// Reports attributes of port `port`.
@@ -772,7 +785,7 @@ impl<T: Driver> Device<T> {
             bindings::mark_name_assigned_by_user(ib);
             bindings::ib_set_device_ops(ib, &ops);
             // The driver-specific uverbs methods (rust/helpers/uapi.c): static tables.
-            (*ib).driver_def = bindings::uapi_defs(Some(Self::query_xmw_cb));
+            (*ib).driver_def = bindings::uapi_defs(&Uapi::<T>::OPS);
         }
         // SAFETY: `ib` is valid and the netdev is referenced by the caller; the core takes its
         // own reference.
@@ -925,34 +938,6 @@ impl<T: Driver> Device<T> {
         let v: u64 = T::sysfs_stat(dev, index);
         // SAFETY: `buf` is the page sysfs provides; the format takes one `u64`.
         unsafe { bindings::sysfs_emit(buf, c"%llu\n".as_char_ptr(), v) as isize }
-    }
-
-    /// `RODP_METHOD_DEVICE_QUERY_XMW`: copies [`Driver::xmw_caps`] out.
-    ///
-    /// # Safety
-    ///
-    /// ib_core passes the live bundle of a call of that method.
-    unsafe extern "C" fn query_xmw_cb(attrs: *mut bindings::uverbs_attr_bundle) -> c_int {
-        let c = T::xmw_caps();
-        let out = bindings::rodp_xmw_caps {
-            flags: c.flags,
-            max_mkey_list_sz: c.max_list,
-            max_mkey_inline_list_sz: c.max_inline_list,
-            max_mw_recursion_depth: c.max_depth,
-            max_mw_stride_dimension: c.max_dims,
-            reserved: 0,
-            max_total: c.max_total,
-        };
-        // SAFETY: `attrs` is live for the call; uapi.c declares the attribute as the output
-        // of a `struct rodp_xmw_caps`, and `uverbs_copy_to` copies at most the user's length.
-        unsafe {
-            bindings::uverbs_copy_to(
-                attrs,
-                bindings::rodp_xmw_query_attrs_RODP_ATTR_QUERY_XMW_CAPS as usize,
-                (&raw const out).cast(),
-                core::mem::size_of_val(&out),
-            )
-        }
     }
 
     /// # Safety

@@ -6,8 +6,10 @@
 //! entries, no allocation and no kernel object: the objects an entry names are the caller's
 //! (`O`), and resolving a nested window is the caller's next step.
 //!
-//! Not yet part of the module: written with the semantics, before the verbs that bind a
-//! layout (issue 15). Its tests run on the host (`rustc --test`, see the tests at the end).
+//! The verbs that bind a layout check it here ([`check`], [`needs`]); the data path that
+//! walks a bound layout ([`find`], [`piece`]) comes next (issue 15), KUnit tests it until then.
+
+use kernel::prelude::*;
 
 /// Most dimensions of one entry (`max_mw_stride_dimension`).
 pub(crate) const MAX_DIMS: usize = 4;
@@ -261,7 +263,7 @@ pub(crate) fn piece<O>(
     Some((s.entry, e.addr(s.k) + s.b, (e.len - s.b).min(max)))
 }
 
-#[cfg(test)]
+#[kunit_tests(rodp_xmw_layout)]
 mod tests {
     use super::*;
 
@@ -286,29 +288,30 @@ mod tests {
     }
 
     /// The reference: the window's bytes one by one, cycle by cycle, as the definition says.
-    fn model(kind: Kind, es: &[Entry<u8>]) -> Vec<(u8, u64)> {
-        let mut out = Vec::new();
-        let push = |out: &mut Vec<(u8, u64)>, e: &Entry<u8>, k: u64| {
+    fn model(kind: Kind, es: &[Entry<u8>]) -> Result<KVec<(u8, u64)>> {
+        let mut out = KVec::new();
+        let mut push = |e: &Entry<u8>, k: u64| -> Result {
             for b in 0..e.len {
-                out.push((e.obj, e.addr(k) + b));
+                out.push((e.obj, e.addr(k) + b), GFP_KERNEL)?;
             }
+            Ok(())
         };
         match kind {
             Kind::Composite => {
                 for e in es {
-                    for k in 0..e.elements().unwrap() {
-                        push(&mut out, e, k);
+                    for k in 0..e.elements().ok_or(EINVAL)? {
+                        push(e, k)?;
                     }
                 }
             }
             Kind::Interleaved => {
-                let mut next = vec![0u64; es.len()];
+                let mut next = KVec::from_elem(0u64, es.len(), GFP_KERNEL)?;
                 loop {
                     let mut any = false;
                     for (i, e) in es.iter().enumerate() {
                         for _ in 0..e.repeat {
-                            if next[i] < e.elements().unwrap() {
-                                push(&mut out, e, next[i]);
+                            if next[i] < e.elements().ok_or(EINVAL)? {
+                                push(e, next[i])?;
                                 next[i] += 1;
                                 any = true;
                             }
@@ -320,44 +323,48 @@ mod tests {
                 }
             }
         }
-        out
+        Ok(out)
     }
 
-    fn at(kind: Kind, es: &[Entry<u8>], w: u64) -> (u8, u64) {
-        let (e, a, _) = piece(kind, es, w, 1).unwrap();
-        (es[e].obj, a)
+    fn at(kind: Kind, es: &[Entry<u8>], w: u64) -> Option<(u8, u64)> {
+        let (e, a, _) = piece(kind, es, w, 1)?;
+        Some((es[e].obj, a))
     }
 
-    fn same_as_model(kind: Kind, es: &[Entry<u8>]) {
-        let m = model(kind, es);
-        assert_eq!(check(kind, es), Ok(m.len() as u64));
-        for (w, &want) in m.iter().enumerate() {
-            assert_eq!(at(kind, es, w as u64), want, "offset {w}");
-        }
-        assert_eq!(find(kind, es, m.len() as u64), None);
+    /// Whether the address map agrees with the model at every offset, ends where it ends, and
+    /// [`check`] gives its length.
+    fn same_as_model(kind: Kind, es: &[Entry<u8>]) -> Result<bool> {
+        let m = model(kind, es)?;
+        let len = m.len() as u64;
+        Ok(check(kind, es) == Ok(len)
+            && m.iter()
+                .enumerate()
+                .all(|(w, &want)| at(kind, es, w as u64) == Some(want))
+            && find(kind, es, len).is_none())
     }
 
     const M: u64 = 0x10000;
 
     #[test]
-    fn matrix_column() {
+    fn matrix_column() -> Result {
         let es = [entry(0, M + 8, 8, 1, &[(512, 64)])];
-        same_as_model(Kind::Composite, &es);
-        same_as_model(Kind::Interleaved, &es);
+        assert!(same_as_model(Kind::Composite, &es)?);
+        assert!(same_as_model(Kind::Interleaved, &es)?);
         assert_eq!(es[0].footprint(), Some(32264));
         for (w, a) in [(0, M + 8), (8, M + 520), (100, M + 6156), (511, M + 32271)] {
-            assert_eq!(at(Kind::Composite, &es, w), (0, a));
+            assert_eq!(at(Kind::Composite, &es, w), Some((0, a)));
         }
+        Ok(())
     }
 
     #[test]
-    fn two_entries_interleaved() {
+    fn two_entries_interleaved() -> Result {
         let (ma, mb) = (0x100000, 0x900000);
         let es = [
             entry(0, ma, 512, 1, &[(3072, 100)]),
             entry(1, mb, 8, 1, &[(48, 100)]),
         ];
-        same_as_model(Kind::Interleaved, &es);
+        assert!(same_as_model(Kind::Interleaved, &es)?);
         assert_eq!(check(Kind::Interleaved, &es), Ok(52000));
         let want = [
             (511, (0, ma + 511)),
@@ -368,45 +375,45 @@ mod tests {
             (51999, (1, mb + 4759)),
         ];
         for (w, a) in want {
-            assert_eq!(at(Kind::Interleaved, &es, w), a);
+            assert_eq!(at(Kind::Interleaved, &es, w), Some(a));
         }
         assert_eq!(es[0].footprint(), Some(304640));
         assert_eq!(es[1].footprint(), Some(4760));
+        Ok(())
     }
 
     #[test]
-    fn block_in_rows_and_in_cells() {
+    fn block_in_rows_and_in_cells() -> Result {
         let v = 0x40000;
         let rows = [entry(0, v + 8736, 32, 1, &[(256, 3), (8192, 2)])];
         let cells = [entry(0, v + 8736, 8, 1, &[(8, 4), (256, 3), (8192, 2)])];
-        same_as_model(Kind::Composite, &rows);
-        assert_eq!(
-            model(Kind::Composite, &rows),
-            model(Kind::Composite, &cells)
-        );
-        assert_eq!(at(Kind::Composite, &rows, 100), (0, v + 16932));
-        assert_eq!(at(Kind::Composite, &cells, 100), (0, v + 16932));
-        assert_eq!(at(Kind::Composite, &rows, 191), (0, v + 17471));
+        assert!(same_as_model(Kind::Composite, &rows)?);
+        assert!(model(Kind::Composite, &rows)? == model(Kind::Composite, &cells)?);
+        assert_eq!(at(Kind::Composite, &rows, 100), Some((0, v + 16932)));
+        assert_eq!(at(Kind::Composite, &cells, 100), Some((0, v + 16932)));
+        assert_eq!(at(Kind::Composite, &rows, 191), Some((0, v + 17471)));
         assert_eq!(rows[0].footprint(), Some(17472 - 8736));
+        Ok(())
     }
 
     #[test]
-    fn nonuniform_repetitions_and_totals() {
+    fn nonuniform_repetitions_and_totals() -> Result {
         let (pos, col, tex) = (0x1000, 0x2000, 0x3000);
         let es = [
             entry(0, pos, 1, 3, &[(1, 18)]),
             entry(1, col, 1, 3, &[(1, 18)]),
             entry(2, tex, 1, 2, &[(1, 12)]),
         ];
-        same_as_model(Kind::Interleaved, &es);
+        assert!(same_as_model(Kind::Interleaved, &es)?);
         assert_eq!(check(Kind::Interleaved, &es), Ok(48));
-        assert_eq!(at(Kind::Interleaved, &es, 3), (1, col));
-        assert_eq!(at(Kind::Interleaved, &es, 13), (1, col + 5));
-        assert_eq!(at(Kind::Interleaved, &es, 47), (2, tex + 11));
+        assert_eq!(at(Kind::Interleaved, &es, 3), Some((1, col)));
+        assert_eq!(at(Kind::Interleaved, &es, 13), Some((1, col + 5)));
+        assert_eq!(at(Kind::Interleaved, &es, 47), Some((2, tex + 11)));
         let short = [es[0], es[1], entry(2, tex, 1, 2, &[(1, 8)])];
-        same_as_model(Kind::Interleaved, &short);
+        assert!(same_as_model(Kind::Interleaved, &short)?);
         assert_eq!(check(Kind::Interleaved, &short), Ok(44));
-        assert_eq!(at(Kind::Interleaved, &short, 40), (0, pos + 17));
+        assert_eq!(at(Kind::Interleaved, &short, 40), Some((0, pos + 17)));
+        Ok(())
     }
 
     #[test]
@@ -427,7 +434,7 @@ mod tests {
         ];
         for (kind, nr, want) in cases {
             let es = nr.map(|(n, r)| entry(0, 0, 1, r, &[(1, n)]));
-            assert_eq!(needs(kind, &es), want, "{nr:?}");
+            assert_eq!(needs(kind, &es), want);
         }
     }
 
@@ -440,42 +447,33 @@ mod tests {
     }
 
     #[test]
-    fn bad_shapes_and_overflows_are_refused() {
+    fn bad_shapes_and_overflows_are_refused() -> Result {
+        use Invalid::{Overflow, Shape};
+        use Kind::{Composite as C, Interleaved as I};
         let ok = entry(0, 0, 8, 1, &[(16, 4)]);
-        assert_eq!(check::<u8>(Kind::Composite, &[]), Err(Invalid::Shape));
-        assert_eq!(
-            check(Kind::Composite, &[entry(0, 0, 0, 1, &[])]),
-            Err(Invalid::Shape)
-        );
-        assert_eq!(
-            check(Kind::Composite, &[entry(0, 0, 8, 0, &[])]),
-            Err(Invalid::Shape)
-        );
-        assert_eq!(
-            check(Kind::Composite, &[entry(0, 0, 8, 2, &[])]),
-            Err(Invalid::Shape)
-        );
-        assert_eq!(check(Kind::Interleaved, &[entry(0, 0, 8, 2, &[])]), Ok(8));
-        assert_eq!(
-            check(Kind::Composite, &[entry(0, 0, 8, 1, &[(8, 0)])]),
-            Err(Invalid::Shape)
-        );
+        assert_eq!(check::<u8>(C, &[]), Err(Shape));
+        assert_eq!(check(C, &[entry(0, 0, 0, 1, &[])]), Err(Shape));
+        assert_eq!(check(C, &[entry(0, 0, 8, 0, &[])]), Err(Shape));
+        assert_eq!(check(C, &[entry(0, 0, 8, 2, &[])]), Err(Shape));
+        assert_eq!(check(I, &[entry(0, 0, 8, 2, &[])]), Ok(8));
+        assert_eq!(check(C, &[entry(0, 0, 8, 1, &[(8, 0)])]), Err(Shape));
         let mut five = ok;
         five.ndims = MAX_DIMS + 1;
-        assert_eq!(check(Kind::Composite, &[five]), Err(Invalid::Shape));
+        assert_eq!(check(C, &[five]), Err(Shape));
         // Counts whose product, strides whose reach, or a total past 2^64.
         let huge = entry(0, 0, 1, 1, &[(1, 1 << 32), (1, 1 << 32)]);
-        assert_eq!(check(Kind::Composite, &[huge]), Err(Invalid::Overflow));
+        assert_eq!(check(C, &[huge]), Err(Overflow));
         let far = entry(0, 0, 8, 1, &[(u64::MAX / 2, 3)]);
-        assert_eq!(check(Kind::Composite, &[far]), Err(Invalid::Overflow));
+        assert_eq!(check(C, &[far]), Err(Overflow));
         let end = entry(0, u64::MAX - 8, 16, 1, &[]);
-        assert_eq!(check(Kind::Composite, &[end]), Err(Invalid::Overflow));
+        assert_eq!(check(C, &[end]), Err(Overflow));
         let big = entry(0, 0, 1 << 62, 1, &[(0, 2)]);
-        assert_eq!(check(Kind::Composite, &[big, big]), Err(Invalid::Overflow));
+        assert_eq!(check(C, &[big, big]), Err(Overflow));
         // Overlap is allowed: a stride of 0 repeats one element.
         let same = entry(0, 64, 8, 1, &[(0, 3)]);
-        same_as_model(Kind::Composite, &[same]);
-        assert_eq!(check(Kind::Composite, &[ok, same]), Ok(56));
+        assert!(same_as_model(C, &[same])?);
+        assert_eq!(check(C, &[ok, same]), Ok(56));
+        Ok(())
     }
 
     /// A small xorshift generator, so that the random layouts are the same in every run.
@@ -491,28 +489,34 @@ mod tests {
     }
 
     #[test]
-    fn random_layouts_match_the_model() {
+    fn random_layouts_match_the_model() -> Result {
         let mut r = Rng(0x2545_f491_4f6c_dd1d);
-        for _ in 0..500 {
+        let mut bad = 0;
+        for _ in 0..300 {
             let kind = if r.next(2) == 0 {
                 Kind::Composite
             } else {
                 Kind::Interleaved
             };
-            let mut es = Vec::new();
+            let mut es = KVec::new();
             for i in 0..1 + r.next(4) {
-                let mut dims = Vec::new();
+                let mut dims = KVec::new();
                 for _ in 0..r.next(4) {
-                    dims.push((r.next(64), 1 + r.next(4)));
+                    dims.push((r.next(64), 1 + r.next(4)), GFP_KERNEL)?;
                 }
                 let repeat = if kind == Kind::Composite {
                     1
                 } else {
                     1 + r.next(3)
                 };
-                es.push(entry(i as u8, r.next(4096), 1 + r.next(16), repeat, &dims));
+                let e = entry(i as u8, r.next(4096), 1 + r.next(16), repeat, &dims);
+                es.push(e, GFP_KERNEL)?;
             }
-            same_as_model(kind, &es);
+            if !same_as_model(kind, &es)? {
+                bad += 1;
+            }
         }
+        assert_eq!(bad, 0);
+        Ok(())
     }
 }
