@@ -7,8 +7,10 @@
  *
  * Build against it with: pkg-config --cflags --libs rodp-xmw
  *
- * What the library does today: it asks a device what it binds (rodp_xmw_query_device). The
- * binding calls follow as the kernel gains them; a device reports only what works.
+ * What the library does today: it asks a device what it binds (rodp_xmw_query_device), grants
+ * an MR non-contiguous binding (rodp_xmw_grant_noncontig) and allocates a window with a
+ * descriptor budget (rodp_xmw_alloc_mw_ex). The binding calls follow as the kernel gains them;
+ * a device reports only what works.
  */
 #ifndef RODP_XMW_H
 #define RODP_XMW_H
@@ -48,6 +50,23 @@ struct rodp_xmw_mw_caps {
  * error of the call (EINVAL for a NULL argument).
  */
 int rodp_xmw_query_device(struct ibv_context *ctx, struct rodp_xmw_mw_caps *caps);
+
+/*
+ * Lets extended windows' layouts name mr, the proposal's IBV_ACCESS_BIND_MW_NONCONTIG (which
+ * ibv_reg_mr cannot carry: the kernel refuses access bits it does not know). The grant lasts
+ * until the MR is deregistered, through re-registrations. Returns 0 or an errno value
+ * (EOPNOTSUPP on a device that is not rodp's, EINVAL for a NULL mr).
+ */
+int rodp_xmw_grant_noncontig(struct ibv_mr *mr);
+
+/*
+ * The proposal's alloc_mw_ex: ibv_alloc_mw, then a budget of max_descriptors layout entries
+ * (1 to max_mkey_list_sz). Free the window with ibv_dealloc_mw. Returns NULL with errno set on
+ * failure (EINVAL for a budget out of range, EOPNOTSUPP on a device that is not rodp's, or
+ * ibv_alloc_mw's error).
+ */
+struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
+				    uint32_t max_descriptors);
 
 #ifdef __cplusplus
 }

@@ -273,25 +273,6 @@ TEST_F(rereg, an_mr_with_bound_windows_is_not_reregistered)
 	EXPECT_EQ(0, ibv_dereg_mr(mr));
 }
 
-/* The MR's line in `rdma -dd resource show mr`. */
-static int res_line(struct ibv_mr *mr, char *line, size_t len)
-{
-	char out[4096], pat[32], *at, *end;
-
-	snprintf(pat, sizeof(pat), "rkey 0x%x ", mr->rkey);
-	if (sh(out, sizeof(out), "rdma -dd resource show mr dev rodp0") ||
-	    !(at = strstr(out, pat)))
-		return -1;
-	while (at > out && at[-1] != '\n')
-		at--;
-	/* The line and the driver attributes' continuation line. */
-	end = strchr(at, '\n');
-	if (end && end[1] == ' ')
-		end = strchr(end + 1, '\n');
-	snprintf(line, len, "%.*s", end ? (int)(end - at) : (int)strlen(at), at);
-	return 0;
-}
-
 TEST_F(rereg, odp_mrs_stay_odp_and_implicit_stays_implicit)
 {
 	char line[1024], want[64];

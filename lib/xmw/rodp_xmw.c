@@ -15,33 +15,40 @@
 #include "rodp-xmw-abi.h"
 #include "rodp-xmw.h"
 
-/* One method call with one output attribute; 0 or an errno value. */
-static int call_out(struct ibv_context *ctx, uint16_t object, uint16_t method, uint16_t attr,
-		    void *out, uint16_t len)
+/* One method call with n attributes (each marked mandatory here); 0 or an errno value. */
+static int call(struct ibv_context *ctx, uint16_t object, uint16_t method,
+		struct ib_uverbs_attr *attrs, unsigned int n)
 {
 	struct {
 		struct ib_uverbs_ioctl_hdr hdr;
-		struct ib_uverbs_attr attr;
+		struct ib_uverbs_attr attrs[4];
 	} req = {
 		.hdr = {
-			.length = sizeof(req),
 			.object_id = object,
 			.method_id = method,
-			.num_attrs = 1,
+			.num_attrs = n,
 			/* rodp presents itself as rxe: the provider and the core's ID are rxe's. */
 			.driver_id = RDMA_DRIVER_RXE,
 		},
-		.attr = {
-			.attr_id = attr,
-			.len = len,
-			.flags = UVERBS_ATTR_F_MANDATORY,
-			.data = (uintptr_t)out,
-		},
 	};
 
+	if (n > 4)
+		return EINVAL;
+	req.hdr.length = sizeof(req.hdr) + n * sizeof(req.attrs[0]);
+	for (unsigned int i = 0; i < n; i++) {
+		req.attrs[i] = attrs[i];
+		req.attrs[i].flags |= UVERBS_ATTR_F_MANDATORY;
+	}
 	if (ioctl(ctx->cmd_fd, RDMA_VERBS_IOCTL, &req))
 		return errno;
 	return 0;
+}
+
+/* rdma_rxe has none of these methods (EPROTONOSUPPORT); a driver with another ID refuses the
+ * call's driver ID (EINVAL, on a call that is otherwise well-formed). */
+static int not_rodp(int err)
+{
+	return err == EPROTONOSUPPORT || err == EOPNOTSUPP;
 }
 
 int rodp_xmw_query_device(struct ibv_context *ctx, struct rodp_xmw_mw_caps *caps)
@@ -51,15 +58,16 @@ int rodp_xmw_query_device(struct ibv_context *ctx, struct rodp_xmw_mw_caps *caps
 
 	if (!ctx || !caps)
 		return EINVAL;
+	struct ib_uverbs_attr out = {
+		.attr_id = RODP_ATTR_QUERY_XMW_CAPS,
+		.len = sizeof(k),
+		.data = (uintptr_t)&k,
+	};
+
 	memset(&k, 0, sizeof(k));
-	err = call_out(ctx, UVERBS_OBJECT_DEVICE, RODP_METHOD_DEVICE_QUERY_XMW,
-		       RODP_ATTR_QUERY_XMW_CAPS, &k, sizeof(k));
-	/*
-	 * A device without rodp's methods: rxe does not know the method (EPROTONOSUPPORT), a
-	 * driver with another ID refuses the call's driver ID (EINVAL: the call itself is
-	 * well-formed).
-	 */
-	if (err == EPROTONOSUPPORT || err == EOPNOTSUPP || err == EINVAL)
+	err = call(ctx, UVERBS_OBJECT_DEVICE, RODP_METHOD_DEVICE_QUERY_XMW, &out, 1);
+	/* A well-formed call without arguments: EINVAL is another driver's answer too. */
+	if (not_rodp(err) || err == EINVAL)
 		return EOPNOTSUPP;
 	if (err)
 		return err;
@@ -71,4 +79,45 @@ int rodp_xmw_query_device(struct ibv_context *ctx, struct rodp_xmw_mw_caps *caps
 	caps->max_mw_stride_dimension = k.max_mw_stride_dimension;
 	caps->max_total = k.max_total;
 	return 0;
+}
+
+int rodp_xmw_grant_noncontig(struct ibv_mr *mr)
+{
+	struct ib_uverbs_attr h = { .attr_id = RODP_ATTR_MR_XMW_GRANT_HANDLE };
+	int err;
+
+	if (!mr || !mr->context)
+		return EINVAL;
+	h.data = mr->handle;
+	err = call(mr->context, UVERBS_OBJECT_MR, RODP_METHOD_MR_XMW_GRANT, &h, 1);
+	return not_rodp(err) ? EOPNOTSUPP : err;
+}
+
+struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
+				    uint32_t max_descriptors)
+{
+	struct ib_uverbs_attr a[2] = {
+		{ .attr_id = RODP_ATTR_MW_XINIT_HANDLE },
+		/* Inputs of up to 8 bytes travel in the attribute itself. */
+		{ .attr_id = RODP_ATTR_MW_XINIT_MAX_DESCRIPTORS, .len = sizeof(max_descriptors) },
+	};
+	struct ibv_mw *mw;
+	int err;
+
+	if (!pd || !pd->context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	mw = ibv_alloc_mw(pd, type);
+	if (!mw)
+		return NULL;
+	a[0].data = mw->handle;
+	memcpy(&a[1].data, &max_descriptors, sizeof(max_descriptors));
+	err = call(pd->context, UVERBS_OBJECT_MW, RODP_METHOD_MW_XINIT, a, 2);
+	if (err) {
+		ibv_dealloc_mw(mw);
+		errno = not_rodp(err) ? EOPNOTSUPP : err;
+		return NULL;
+	}
+	return mw;
 }
