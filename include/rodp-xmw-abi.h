@@ -6,7 +6,7 @@
  * driver_id RDMA_DRIVER_RXE; objects are named by the handles libibverbs keeps in ibv_pd,
  * ibv_mr, ibv_mw and ibv_qp. Shared by the kernel's method tables, bindgen and the library.
  *
- * A draft: nothing implements it yet.
+ * Implemented: the query, the MR grant and the window's budget (XINIT). XBIND is a draft.
  */
 #ifndef RODP_XMW_ABI_H
 #define RODP_XMW_ABI_H
