@@ -12,6 +12,7 @@ struct rodp_uapi_ops {
 	int (*query_xmw)(struct uverbs_attr_bundle *attrs);
 	int (*mr_grant)(struct uverbs_attr_bundle *attrs);
 	int (*mw_xinit)(struct uverbs_attr_bundle *attrs);
+	int (*mw_xbind)(struct uverbs_attr_bundle *attrs);
 };
 
 #endif

@@ -15,6 +15,7 @@ use crate::{
         hw_stats::{DriverAttrs, MrCounters, StatDesc},
         link::{self, Link},
         netdev::{self, ib_mtu_for, NetDevRef},
+        uapi::{XBind, XEntry},
         udata::Udata,
         verbs::{
             advise_flags, device_cap, srq_type, Advice, Notify, QpAttr, QpInit, RecvWr, Route,
@@ -425,6 +426,10 @@ impl ib::Driver for Rodp {
 
     fn xmw_init(mw: &mw::Mw, max_descriptors: u32) -> Result {
         mw.extend(max_descriptors)
+    }
+
+    fn xmw_bind(mw: &mw::Mw, qp: &qp::Qp, bind: &XBind, entries: &[XEntry]) -> Result<u64> {
+        mw.bind_layout(&qp.shared, bind, entries)
     }
 
     fn create_ah(

@@ -23,7 +23,7 @@ pub(crate) mod object;
 pub(crate) mod odp;
 mod ops;
 pub(crate) mod random;
-mod uapi;
+pub(crate) mod uapi;
 pub(crate) mod udata;
 pub(crate) mod udp;
 pub(crate) mod umem;

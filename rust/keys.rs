@@ -61,6 +61,15 @@ fn new_key(index: u32) -> u32 {
     index << 8 | (random::u32() & 0xff)
 }
 
+/// Where a remote access through a key lands ([`Tables::remote`]).
+pub(crate) enum Reach {
+    /// One range of one MR: the MR, held for the access, and the offset in it.
+    One(MrRef, usize),
+    /// Through an extended window: a range per element touched, in window order (the MR held
+    /// for the access, the offset in it, the length).
+    Pieces(KVec<(MrRef, usize, usize)>),
+}
+
 /// The numbered objects of a device the engine looks up: QPs by number, MRs and windows by key,
 /// AHs by number. Shared with the objects (they outlive their ib_core structs while work is in
 /// flight).
@@ -185,8 +194,7 @@ impl Tables {
 
     /// Resolves a remote access of `len` bytes at `addr` through `key` arriving on `qp`, with
     /// rights `right`: an MR's key, or a window's, checked against its binding (range, rights,
-    /// PD and, for type 2B, QP). Returns the MR, held for the access (see [`MrRef`]), and the
-    /// offset in it.
+    /// PD and, for type 2B, QP). Returns the memory, held for the access (see [`MrRef`]).
     pub(crate) fn remote(
         &self,
         qp: &QpShared,
@@ -194,11 +202,11 @@ impl Tables {
         addr: u64,
         len: u64,
         right: u32,
-    ) -> Result<(MrRef, usize), Fault> {
+    ) -> Result<Reach, Fault> {
         if !is_window(key) {
             let mr = self.mr(key).ok_or(Fault::Key)?;
             let off = mr.check(qp.pd, addr, len, right)?;
-            return Ok((mr.enter().ok_or(Fault::Key)?, off));
+            return Ok(Reach::One(mr.enter().ok_or(Fault::Key)?, off));
         }
         self.window(key)
             .ok_or(Fault::Key)?

@@ -675,6 +675,11 @@ impl MrShared {
         *windows = windows.saturating_sub(1);
     }
 
+    /// Whether extended windows' layouts may name the MR ([`Mr::grant_noncontig`]).
+    pub(crate) fn noncontig(&self) -> bool {
+        self.anchor.noncontig.load(Relaxed)
+    }
+
     /// Number of windows bound.
     pub(crate) fn windows(&self) -> u32 {
         *self.anchor.windows.lock()

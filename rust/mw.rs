@@ -22,12 +22,19 @@
 use crate::{
     device::{Device, Pd},
     gate::{Gate, Gated, Pass},
-    ib::{abi::Bind as BindWr, verbs::access},
-    keys::{self, Tables},
+    ib::{
+        abi::Bind as BindWr,
+        uapi::{kind, XBind, XEntry},
+        verbs::access,
+    },
+    keys::{self, Reach, Tables},
     limit::Token,
     mr::{Fault, MrRef, MrShared},
     qp::QpShared,
-    xmw,
+    xmw::{
+        self,
+        layout::{self, Entry, Kind},
+    },
 };
 use kernel::{
     new_mutex,
@@ -44,19 +51,51 @@ const RIGHTS: u32 = access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_
 /// nothing for a window (rxe accepts it too, and rdma-core's tests pass it).
 const BIND_ACCESS: u32 = RIGHTS | access::ZERO_BASED | access::LOCAL_WRITE;
 
-/// The part of an MR a window is bound to.
+/// What a window is bound to.
+enum Target {
+    /// `length` bytes of one MR from `mr_off` (an ordinary bind).
+    Range {
+        mr: Arc<MrShared>,
+        mr_off: u64,
+        length: u64,
+    },
+    /// A layout over MRs, `total` bytes (an extended window's bind, `Documentation/xmw.rst`);
+    /// each entry holds its MR, which counts the window as bound to it once per entry.
+    Layout {
+        kind: Kind,
+        entries: KVec<Entry<Arc<MrShared>>>,
+        total: u64,
+    },
+}
+
+/// A window's binding.
 struct Bound {
-    mr: Arc<MrShared>,
-    /// The address the window starts at, in the MR's iova space.
+    target: Target,
+    /// The address the window starts at: in the MR's iova space for an ordinary window, the
+    /// window's own for an extended one.
     base: u64,
-    /// Offset of `base` in the MR.
-    mr_off: u64,
-    length: u64,
     rights: u32,
     /// Remote addresses count from the window's start rather than being iovas.
     zero_based: bool,
     /// Type 2B: the serial of the QP the window was bound through, the only one it serves.
     qp: Option<u64>,
+}
+
+impl Bound {
+    fn length(&self) -> u64 {
+        match &self.target {
+            Target::Range { length, .. } => *length,
+            Target::Layout { total, .. } => *total,
+        }
+    }
+
+    /// Uncounts the window at every MR it was bound to.
+    fn release(self) {
+        match self.target {
+            Target::Range { mr, .. } => mr.remove_window(),
+            Target::Layout { entries, .. } => entries.iter().for_each(|e| e.obj.remove_window()),
+        }
+    }
 }
 
 struct State {
@@ -139,6 +178,11 @@ impl Mw {
 }
 
 impl Mw {
+    /// Binds a layout by call through `qp` (see [`MwShared::bind_layout`]).
+    pub(crate) fn bind_layout(&self, qp: &QpShared, x: &XBind, entries: &[XEntry]) -> Result<u64> {
+        self.shared.bind_layout(&self.tables, qp, x, entries)
+    }
+
     /// Makes the window an extended one with a budget of `n` layout entries
     /// (`RODP_METHOD_MW_XINIT`, the second half of `alloc_mw_ex`): `n` from 1 to
     /// [`xmw::MAX_LIST`]; refused while the window is bound. The budget may change between
@@ -169,7 +213,7 @@ impl Drop for Mw {
         };
         self.shared.gate.close();
         if let Some(b) = old {
-            b.mr.remove_window();
+            b.release();
         }
     }
 }
@@ -236,10 +280,12 @@ impl MwShared {
         }
         let old = st.bound.take();
         st.bound = target.map(|(mr, mr_off)| Bound {
-            mr,
+            target: Target::Range {
+                mr,
+                mr_off,
+                length: w.length,
+            },
             base: w.addr,
-            mr_off,
-            length: w.length,
             rights,
             zero_based,
             qp: self.type2.then_some(qp.serial),
@@ -247,7 +293,7 @@ impl MwShared {
         st.key = (st.key & !0xff) | byte;
         drop(st);
         if let Some(b) = old {
-            b.mr.remove_window();
+            b.release();
         }
         Ok(())
     }
@@ -277,15 +323,15 @@ impl MwShared {
         let old = st.bound.take();
         drop(st);
         if let Some(b) = old {
-            b.mr.remove_window();
+            b.release();
         }
         Ok(())
     }
 
     /// Resolves a remote access of `len` bytes at `addr` through this window, named by `key`,
     /// arriving on `qp` with rights `right`, checked against the binding (key, range, rights, PD
-    /// and, for type 2B, QP). Returns the MR, held for the access together with the window,
-    /// and the offset in it.
+    /// and, for type 2B, QP). Returns the memory, held for the access together with the
+    /// window: one range of the MR, or through a layout a range per element touched.
     pub(crate) fn resolve(
         self: &Arc<Self>,
         qp: &QpShared,
@@ -293,7 +339,7 @@ impl MwShared {
         addr: u64,
         len: u64,
         right: u32,
-    ) -> Result<(MrRef, usize), Fault> {
+    ) -> Result<Reach, Fault> {
         let st = self.state.lock();
         let b = st.bound.as_ref().ok_or(Fault::Key)?;
         if st.key != key || self.pd != qp.pd || b.qp.is_some_and(|s| s != qp.serial) {
@@ -308,13 +354,139 @@ impl MwShared {
             addr.checked_sub(b.base).ok_or(Fault::Range)?
         };
         match off.checked_add(len) {
-            Some(end) if end <= b.length => {}
+            Some(end) if end <= b.length() => {}
             _ => return Err(Fault::Range),
         }
         // Entered while bound, under the state lock deallocation takes before it closes the
         // gate; a bound MR cannot be deregistered.
-        let w = Pass::enter(self).ok_or(Fault::Key)?;
-        let mr = b.mr.enter().ok_or(Fault::Key)?;
-        Ok((mr.through(w), (b.mr_off + off) as usize))
+        let enter = |mr: &Arc<MrShared>| -> Result<MrRef, Fault> {
+            let w = Pass::enter(self).ok_or(Fault::Key)?;
+            Ok(mr.enter().ok_or(Fault::Key)?.through(w))
+        };
+        match &b.target {
+            Target::Range { mr, mr_off, .. } => Ok(Reach::One(enter(mr)?, (mr_off + off) as usize)),
+            Target::Layout { kind, entries, .. } => {
+                let mut pieces = KVec::new();
+                let (mut w, end) = (off, off + len);
+                while w < end {
+                    let (i, a, n) =
+                        layout::piece(*kind, entries, w, end - w).ok_or(Fault::Range)?;
+                    let mr = &entries[i].obj;
+                    // The bind checked the entry's footprint against the MR's range.
+                    let moff = a.checked_sub(mr.iova).ok_or(Fault::Range)?;
+                    pieces
+                        .push((enter(mr)?, moff as usize, n as usize), GFP_KERNEL)
+                        .map_err(|_| Fault::Range)?;
+                    w += n;
+                }
+                Ok(Reach::Pieces(pieces))
+            }
+        }
+    }
+
+    /// Binds the layout `entries` of `kind` to this window, by call through `qp`, with the
+    /// base address, rights and new key of `x` (`Documentation/xmw.rst`, "Validity rules");
+    /// the MRs the entries name are looked up in `tables`. Returns the window's length.
+    pub(crate) fn bind_layout(
+        &self,
+        tables: &Tables,
+        qp: &QpShared,
+        x: &XBind,
+        given: &[XEntry],
+    ) -> Result<u64> {
+        let kind = match x.kind {
+            kind::COMPOSITE => Kind::Composite,
+            kind::INTERLEAVED => Kind::Interleaved,
+            _ => return Err(EINVAL),
+        };
+        // C10-72, and only type 1 windows bind by call (type 2B ones through the send queue).
+        // Zero-based type 1 windows do not exist (o10-36.2.2).
+        if self.pd != qp.pd || self.type2 || x.access & !BIND_ACCESS != 0 {
+            return Err(EINVAL);
+        }
+        if x.access & access::ZERO_BASED != 0 {
+            return Err(EINVAL);
+        }
+        let rights = x.access & RIGHTS;
+        let writes =
+            x.access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
+        let budget = self.state.lock().descriptors as usize;
+        if given.is_empty() || given.len() > budget {
+            return Err(EINVAL);
+        }
+        // The shape and the arithmetic first, on the entries as given.
+        let mut shaped = KVec::with_capacity(given.len(), GFP_KERNEL_ACCOUNT)?;
+        for g in given {
+            shaped.push(xmw::entry(g, g.key)?, GFP_KERNEL_ACCOUNT)?;
+        }
+        let total = layout::check(kind, &shaped).map_err(xmw::errno)?;
+        if xmw::caps().flags & xmw::needs_flag(layout::needs(kind, &shaped)) == 0 {
+            return Err(EOPNOTSUPP);
+        }
+        if total > xmw::MAX_TOTAL {
+            return Err(EINVAL);
+        }
+        x.addr.checked_add(total).ok_or(EOVERFLOW)?;
+        // Then the objects: each an MR of this PD granting non-contiguous binding, and the
+        // rights the window gives covered; the footprint inside the MR.
+        let mut entries = KVec::with_capacity(given.len(), GFP_KERNEL_ACCOUNT)?;
+        for e in shaped.iter() {
+            if keys::is_window(e.obj) {
+                // No window may be named yet: a window in a layout is depth 2, over the
+                // reported limit of 1 (an entry naming this window included).
+                return Err(ELOOP);
+            }
+            let mr = tables.current(e.obj).ok_or(EINVAL)?;
+            if mr.pd != self.pd {
+                return Err(EINVAL);
+            }
+            if !mr.noncontig() || (writes != 0 && mr.access & access::LOCAL_WRITE == 0) {
+                return Err(EACCES);
+            }
+            let foot = e.footprint().ok_or(EOVERFLOW)?;
+            match e
+                .start
+                .checked_sub(mr.iova)
+                .and_then(|o| o.checked_add(foot))
+            {
+                Some(end) if end <= mr.length => {}
+                _ => return Err(EINVAL),
+            }
+            entries.push(e.with(mr), GFP_KERNEL_ACCOUNT)?;
+        }
+        let mut st = self.state.lock();
+        if st.freed {
+            return Err(EINVAL);
+        }
+        let byte = x.rkey & 0xff;
+        if byte == st.key & 0xff || x.rkey & !0xff != st.key & !0xff {
+            return Err(EINVAL);
+        }
+        // Count the window at each entry's MR; refused (and undone) if one was deregistered
+        // or re-registered since the lookup.
+        for (n, e) in entries.iter().enumerate() {
+            if !e.obj.add_window(tables) {
+                entries.iter().take(n).for_each(|e| e.obj.remove_window());
+                return Err(EINVAL);
+            }
+        }
+        let old = st.bound.take();
+        st.bound = Some(Bound {
+            target: Target::Layout {
+                kind,
+                entries,
+                total,
+            },
+            base: x.addr,
+            rights,
+            zero_based: false,
+            qp: None,
+        });
+        st.key = x.rkey;
+        drop(st);
+        if let Some(b) = old {
+            b.release();
+        }
+        Ok(total)
     }
 }

@@ -1811,10 +1811,8 @@ fn read(qp: &Arc<QpShared>, tx: Option<&Tx>, m: &Message<'_>, psn: Psn, msn: u32
     let len = m.len;
     let mtu = qp_mtu(qp);
     let n = mtu.packets(len as u64) as u32;
-    let seg = resp::read_target(qp, m)
-        .map_err(|_| EACCES)?
-        .map(|(mr, off)| Seg { mr, off, len });
-    let segs = seg.as_slice();
+    let segs = resp::read_target(qp, m).map_err(|_| EACCES)?;
+    let segs: &[Seg] = segs.as_deref().unwrap_or(&[]);
     let size = mtu.bytes() as usize;
     for i in 0..n {
         let position = match (i == 0, i + 1 == n) {

@@ -20,7 +20,7 @@
 use super::{
     fault::{self, Want},
     packet::grh,
-    xfer::{resolve, transfer, Seg, Src},
+    xfer::{resolve, transfer, Seg, Segs, Src},
     Message, Nak, Reply, GRH_LEN,
 };
 use crate::{
@@ -332,25 +332,26 @@ pub(super) fn send_part(
     Reply::Ack(0)
 }
 
-/// The responder's MR for an RDMA or atomic access, or the answer: a NAK, or [`Reply::Wait`]
-/// while its pages are faulted in.
-fn remote_mr(
+/// The responder's memory for an RDMA access (a range per element through an extended
+/// window), or the answer: a NAK, or [`Reply::Wait`] while its pages are faulted in.
+fn remote_segs(
     dst: &Arc<QpShared>,
     m: &Message<'_>,
     len: usize,
     right: u32,
-) -> Result<(MrRef, usize), Reply> {
+) -> Result<Segs, Reply> {
     if dst.access.load(Acquire) & right == 0 {
         return Err(Reply::Nak(Nak::Access));
     }
     // An MR's key or a window's.
-    let (mr, off) = dst
+    let segs = dst
         .tables
         .remote(dst, m.rkey, m.remote_addr, len as u64, right)
+        .and_then(|r| Segs::of(r, len))
         .map_err(|_| Reply::Nak(Nak::Access))?;
     // ODP: pages that cannot be faulted in (a hole, read-only memory) deny the access.
-    match own(dst, m, &mr, off, len, right != access::REMOTE_READ) {
-        Ok(()) => Ok((mr, off)),
+    match own_segs(dst, m, &segs, right != access::REMOTE_READ) {
+        Ok(()) => Ok(segs),
         Err(Miss::Wait) => Err(Reply::Wait),
         Err(Miss::Failed) => Err(Reply::Nak(Nak::Access)),
     }
@@ -370,7 +371,7 @@ pub(super) fn write_part(
     last: bool,
 ) -> Reply {
     let target = if m.len > 0 {
-        match remote_mr(dst, m, m.len, access::REMOTE_WRITE) {
+        match remote_segs(dst, m, m.len, access::REMOTE_WRITE) {
             Ok(t) => Some(t),
             Err(r) => return r,
         }
@@ -385,14 +386,9 @@ pub(super) fn write_part(
             return r;
         }
     }
-    if let Some((mr, off)) = target {
-        let seg = [Seg {
-            mr,
-            off,
-            len: m.len,
-        }];
+    if let Some(segs) = target {
         // Data placed before an unmapped page stays; the retry writes it again.
-        if let Err(r) = copy_in(dst, &seg, 0, m) {
+        if let Err(r) = copy_in(dst, &segs, 0, m) {
             return r;
         }
     }
@@ -408,35 +404,44 @@ pub(super) fn write_part(
 }
 
 /// The memory an RDMA READ of `m.len` bytes reads (none for zero bytes), or the answer.
-pub(super) fn read_target(
-    dst: &Arc<QpShared>,
-    m: &Message<'_>,
-) -> Result<Option<(MrRef, usize)>, Reply> {
+pub(super) fn read_target(dst: &Arc<QpShared>, m: &Message<'_>) -> Result<Option<Segs>, Reply> {
     if dst.max_dest_rd_atomic.load(Acquire) == 0 {
         return Err(Reply::Nak(Nak::InvReq));
     }
     if m.len == 0 {
         return Ok(None);
     }
-    remote_mr(dst, m, m.len, access::REMOTE_READ).map(Some)
+    remote_segs(dst, m, m.len, access::REMOTE_READ).map(Some)
 }
 
 fn read(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
-    let (mr, off) = match read_target(dst, m) {
+    let segs = match read_target(dst, m) {
         Ok(Some(t)) => t,
         Ok(None) => return Reply::Ack(0),
         Err(r) => return r,
     };
-    let seg = [Seg {
-        mr,
-        off,
-        len: m.len,
-    }];
     // Into the reader's memory; both sides must be mapped.
-    match transfer(m.read_into, 0, Src::Segs(&seg), m.len, MAPPED) {
+    match transfer(m.read_into, 0, Src::Segs(&segs), m.len, MAPPED) {
         Ok(()) => Reply::Ack(0),
-        Err(e) => copy_failed(dst, m, &seg, false, e),
+        Err(e) => copy_failed(dst, m, &segs, false, e),
     }
+}
+
+/// The aligned word an atomic at `m.remote_addr` works on, or the answer: through an
+/// extended window its 8 bytes must lie in one element and map to an aligned MR address
+/// (else an invalid request).
+fn remote_word(dst: &Arc<QpShared>, m: &Message<'_>, right: u32) -> Result<(MrRef, usize), Reply> {
+    let [Seg { mr, off, .. }] = match remote_segs(dst, m, 8, right)? {
+        Segs::One(s) => s,
+        Segs::Many(v) => {
+            let mut it = v.into_iter();
+            match (it.next(), it.next()) {
+                (Some(s), None) if (s.mr.iova + s.off as u64) % 8 == 0 => [s],
+                _ => return Err(Reply::Nak(Nak::InvReq)),
+            }
+        }
+    };
+    Ok((mr, off))
 }
 
 /// An atomic, or an ATOMIC WRITE (its 8 bytes stored at once, after everything written
@@ -453,13 +458,13 @@ pub(super) fn atomic(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
         AtomicOp::Write(_) => access::REMOTE_WRITE,
         _ => access::REMOTE_ATOMIC,
     };
-    let (mr, off) = match remote_mr(dst, m, 8, right) {
+    let (mr, off) = match remote_word(dst, m, right) {
         Ok(t) => t,
         Err(r) => return r,
     };
     match mr.atomic(off, op, false) {
         Ok(orig) => Reply::Ack(orig),
-        // Invalidated since `remote_mr` found it mapped.
+        // Invalidated since `remote_word` found it mapped.
         Err(e) if e == UNMAPPED => match wait_for(dst, m, &mr, off, 8, true) {
             Miss::Wait => Reply::Wait,
             Miss::Failed => Reply::Nak(Nak::InvReq),

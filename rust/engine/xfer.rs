@@ -6,6 +6,7 @@
 use super::MAX_MSG;
 use crate::{
     ib::{abi::Sge, verbs::access, wq},
+    keys::Reach,
     mr::{Fault, MrRef},
     odp::Faults,
     qp::QpShared,
@@ -42,6 +43,41 @@ pub(crate) struct Seg {
     pub(super) mr: MrRef,
     pub(super) off: usize,
     pub(super) len: usize,
+}
+
+/// The responder's memory for one RDMA access: one range, or through an extended window a
+/// range per element (`Reach`).
+pub(crate) enum Segs {
+    One([Seg; 1]),
+    Many(KVec<Seg>),
+}
+
+impl Segs {
+    /// The ranges of `r`, an access of `len` bytes.
+    pub(super) fn of(r: Reach, len: usize) -> Result<Self, Fault> {
+        Ok(match r {
+            Reach::One(mr, off) => Self::One([Seg { mr, off, len }]),
+            Reach::Pieces(p) => {
+                let mut v = KVec::with_capacity(p.len(), GFP_KERNEL).map_err(|_| Fault::Range)?;
+                for (mr, off, len) in p {
+                    v.push(Seg { mr, off, len }, GFP_KERNEL)
+                        .map_err(|_| Fault::Range)?;
+                }
+                Self::Many(v)
+            }
+        })
+    }
+}
+
+impl core::ops::Deref for Segs {
+    type Target = [Seg];
+
+    fn deref(&self) -> &[Seg] {
+        match self {
+            Self::One(s) => s,
+            Self::Many(v) => v,
+        }
+    }
 }
 
 /// Where message data comes from.

@@ -234,6 +234,12 @@ int rodp_helper_uverbs_copy_from(void *to, const struct uverbs_attr_bundle *attr
 	return _uverbs_copy_from(to, attrs, idx, size);
 }
 
+/* The length of an input attribute, or a negative errno when it is absent. */
+int rodp_helper_uverbs_attr_get_len(const struct uverbs_attr_bundle *attrs, u16 idx)
+{
+	return uverbs_attr_get_len(attrs, idx);
+}
+
 bool rodp_helper_ib_device_try_get(struct ib_device *dev)
 {
 	return ib_device_try_get(dev);

@@ -29,6 +29,11 @@ static int UVERBS_HANDLER(RODP_METHOD_MW_XINIT)(struct uverbs_attr_bundle *attrs
 	return READ_ONCE(rodp_uapi.mw_xinit)(attrs);
 }
 
+static int UVERBS_HANDLER(RODP_METHOD_MW_XBIND)(struct uverbs_attr_bundle *attrs)
+{
+	return READ_ONCE(rodp_uapi.mw_xbind)(attrs);
+}
+
 DECLARE_UVERBS_NAMED_METHOD(RODP_METHOD_DEVICE_QUERY_XMW,
 			    UVERBS_ATTR_PTR_OUT(RODP_ATTR_QUERY_XMW_CAPS,
 						UVERBS_ATTR_STRUCT(struct rodp_xmw_caps, max_total),
@@ -45,10 +50,27 @@ DECLARE_UVERBS_NAMED_METHOD(RODP_METHOD_MW_XINIT,
 			    UVERBS_ATTR_PTR_IN(RODP_ATTR_MW_XINIT_MAX_DESCRIPTORS,
 					       UVERBS_ATTR_TYPE(__u32), UA_MANDATORY));
 
+/* The entries are copied by the handler: at most 64 KiB (the attribute length is 16 bits). */
+DECLARE_UVERBS_NAMED_METHOD(RODP_METHOD_MW_XBIND,
+			    UVERBS_ATTR_IDR(RODP_ATTR_MW_XBIND_HANDLE, UVERBS_OBJECT_MW,
+					    UVERBS_ACCESS_READ, UA_MANDATORY),
+			    UVERBS_ATTR_IDR(RODP_ATTR_MW_XBIND_QP, UVERBS_OBJECT_QP,
+					    UVERBS_ACCESS_READ, UA_MANDATORY),
+			    UVERBS_ATTR_PTR_IN(RODP_ATTR_MW_XBIND_ARGS,
+					       UVERBS_ATTR_STRUCT(struct rodp_xmw_bind, reserved),
+					       UA_MANDATORY),
+			    UVERBS_ATTR_PTR_IN(RODP_ATTR_MW_XBIND_ENTRIES,
+					       UVERBS_ATTR_MIN_SIZE(sizeof(struct rodp_xmw_entry)),
+					       UA_MANDATORY),
+			    UVERBS_ATTR_PTR_OUT(RODP_ATTR_MW_XBIND_RESP,
+						UVERBS_ATTR_STRUCT(struct rodp_xmw_bind_resp, total),
+						UA_MANDATORY));
+
 ADD_UVERBS_METHODS(rodp_device, UVERBS_OBJECT_DEVICE,
 		   &UVERBS_METHOD(RODP_METHOD_DEVICE_QUERY_XMW));
 ADD_UVERBS_METHODS(rodp_mr, UVERBS_OBJECT_MR, &UVERBS_METHOD(RODP_METHOD_MR_XMW_GRANT));
-ADD_UVERBS_METHODS(rodp_mw, UVERBS_OBJECT_MW, &UVERBS_METHOD(RODP_METHOD_MW_XINIT));
+ADD_UVERBS_METHODS(rodp_mw, UVERBS_OBJECT_MW, &UVERBS_METHOD(RODP_METHOD_MW_XINIT),
+		   &UVERBS_METHOD(RODP_METHOD_MW_XBIND));
 
 static const struct uapi_definition rodp_uapi_defs[] = {
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &rodp_device),
@@ -62,5 +84,6 @@ const struct uapi_definition *rodp_helper_uapi_defs(const struct rodp_uapi_ops *
 	WRITE_ONCE(rodp_uapi.query_xmw, ops->query_xmw);
 	WRITE_ONCE(rodp_uapi.mr_grant, ops->mr_grant);
 	WRITE_ONCE(rodp_uapi.mw_xinit, ops->mw_xinit);
+	WRITE_ONCE(rodp_uapi.mw_xbind, ops->mw_xbind);
 	return rodp_uapi_defs;
 }

@@ -13,7 +13,7 @@ use super::{
     mmap,
     netdev::{NetDev, NetDevRef},
     object::{Ah, Cq, Mw, Pd, Qp, Srq, UContext},
-    uapi::Uapi,
+    uapi::{Uapi, XBind, XEntry},
     udata::Udata,
     verbs::{Advice, Notify, QpAttr, QpInit, RecvWr, Route, SendWr, SgList, SrqAttr, WcOut},
 };
@@ -310,6 +310,12 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Gives window `mw` a budget of `max_descriptors` layout entries
     /// (`RODP_METHOD_MW_XINIT`; the window is one of the caller's).
     fn xmw_init(_mw: &Self::Mw, _max_descriptors: u32) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Binds the layout `entries` to window `mw` through `qp` (`RODP_METHOD_MW_XBIND`, both
+    /// the caller's): returns the window's length.
+    fn xmw_bind(_mw: &Self::Mw, _qp: &Self::Qp, _bind: &XBind, _entries: &[XEntry]) -> Result<u64> {
         Err(EOPNOTSUPP)
     }
 

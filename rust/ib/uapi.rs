@@ -9,15 +9,101 @@
 
 use super::{
     device::{Driver, XmwCaps},
-    object::{Mr, Mw},
+    object::{Mr, Mw, Qp},
 };
 use crate::ib::bindings;
-use core::{marker::PhantomData, mem::size_of};
+use core::{
+    marker::PhantomData,
+    mem::{offset_of, size_of},
+};
 use kernel::{
     error::{from_result, to_result},
     ffi::c_int,
     prelude::*,
 };
+
+/// Layout kinds (`enum rodp_xmw_kind`).
+pub(crate) mod kind {
+    use crate::ib::bindings;
+    pub(crate) const COMPOSITE: u32 = bindings::rodp_xmw_kind_RODP_XMW_KIND_COMPOSITE;
+    pub(crate) const INTERLEAVED: u32 = bindings::rodp_xmw_kind_RODP_XMW_KIND_INTERLEAVED;
+}
+
+/// The layouts a device binds (`enum rodp_xmw_cap_flags`).
+pub(crate) mod cap {
+    use crate::ib::bindings;
+    pub(crate) const COMPOSITE: u32 = bindings::rodp_xmw_cap_flags_RODP_XMW_COMPOSITE;
+    pub(crate) const INTERLEAVED: u32 = bindings::rodp_xmw_cap_flags_RODP_XMW_INTERLEAVED;
+    pub(crate) const REPETITION: u32 = bindings::rodp_xmw_cap_flags_RODP_XMW_INTERLEAVED_REPETITION;
+    pub(crate) const NONUNIFORM_REPETITION: u32 =
+        bindings::rodp_xmw_cap_flags_RODP_XMW_INTERLEAVED_NONUNIFORM_REPETITION;
+    pub(crate) const NONUNIFORM_TOTAL: u32 =
+        bindings::rodp_xmw_cap_flags_RODP_XMW_INTERLEAVED_NONUNIFORM_TOTAL_ITEMS;
+}
+
+/// Most dimensions of one entry the ABI carries.
+pub(crate) const MAX_DIMS: usize = bindings::RODP_XMW_MAX_DIMS as usize;
+
+/// A layout bind by call (`struct rodp_xmw_bind`): the window's base address, rights, layout
+/// kind (`enum rodp_xmw_kind`) and new key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XBind {
+    pub(crate) addr: u64,
+    pub(crate) access: u32,
+    pub(crate) kind: u32,
+    pub(crate) rkey: u32,
+}
+
+/// One layout entry (`struct rodp_xmw_entry`), as the caller gave it: nothing checked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XEntry {
+    pub(crate) key: u32,
+    pub(crate) ndims: u32,
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+    pub(crate) repeat: u64,
+    /// `(stride, count)`, dimension 0 innermost.
+    pub(crate) dims: [(u64, u64); MAX_DIMS],
+}
+
+/// Reads the `u64` at `off` of `b` (in bounds: the offsets are the struct's own).
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[off..off + 8]);
+    u64::from_ne_bytes(x)
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[off..off + 4]);
+    u32::from_ne_bytes(x)
+}
+
+impl XEntry {
+    const SIZE: usize = size_of::<bindings::rodp_xmw_entry>();
+
+    /// Parses one `struct rodp_xmw_entry` of `SIZE` bytes.
+    fn parse(b: &[u8]) -> Self {
+        type E = bindings::rodp_xmw_entry;
+        type D = bindings::rodp_xmw_dim;
+        let mut dims = [(0, 0); MAX_DIMS];
+        for (i, d) in dims.iter_mut().enumerate() {
+            let at = offset_of!(E, dims) + i * size_of::<D>();
+            *d = (
+                u64_at(b, at + offset_of!(D, stride)),
+                u64_at(b, at + offset_of!(D, count)),
+            );
+        }
+        Self {
+            key: u32_at(b, offset_of!(E, key)),
+            ndims: u32_at(b, offset_of!(E, ndims)),
+            start: u64_at(b, offset_of!(E, start)),
+            len: u64_at(b, offset_of!(E, len)),
+            repeat: u64_at(b, offset_of!(E, repeat_count)),
+            dims,
+        }
+    }
+}
 
 /// The handlers of driver `T`.
 pub(super) struct Uapi<T>(PhantomData<T>);
@@ -28,6 +114,7 @@ impl<T: Driver> Uapi<T> {
         query_xmw: Some(Self::query_xmw_cb),
         mr_grant: Some(Self::mr_grant_cb),
         mw_xinit: Some(Self::mw_xinit_cb),
+        mw_xbind: Some(Self::mw_xbind_cb),
     };
 
     /// `RODP_METHOD_DEVICE_QUERY_XMW`: copies [`Driver::xmw_caps`] out.
@@ -111,6 +198,87 @@ impl<T: Driver> Uapi<T> {
                 Mw::<T>::from_raw(raw.cast())
             };
             T::xmw_init(mw.data(), n)?;
+            Ok(0)
+        })
+    }
+
+    /// `RODP_METHOD_MW_XBIND`: [`Driver::xmw_bind`] of the window the handle names, through
+    /// the QP the other handle names, with the call's arguments and entries; copies the
+    /// layout's length out.
+    ///
+    /// # Safety
+    ///
+    /// ib_core passes the live bundle of a call of that method.
+    unsafe extern "C" fn mw_xbind_cb(attrs: *mut bindings::uverbs_attr_bundle) -> c_int {
+        from_result(|| {
+            let a_mw = bindings::rodp_xmw_mw_xbind_attrs_RODP_ATTR_MW_XBIND_HANDLE as u16;
+            let a_qp = bindings::rodp_xmw_mw_xbind_attrs_RODP_ATTR_MW_XBIND_QP as u16;
+            let a_args = bindings::rodp_xmw_mw_xbind_attrs_RODP_ATTR_MW_XBIND_ARGS;
+            let a_ents = bindings::rodp_xmw_mw_xbind_attrs_RODP_ATTR_MW_XBIND_ENTRIES;
+            let a_resp = bindings::rodp_xmw_mw_xbind_attrs_RODP_ATTR_MW_XBIND_RESP;
+            type B = bindings::rodp_xmw_bind;
+            let mut args = [0u8; size_of::<B>()];
+            // SAFETY: `attrs` is live; uapi.c declares the attribute a mandatory input of a
+            // `struct rodp_xmw_bind` (ib_core checked its length against the struct's and
+            // that any bytes past it are zero), and `args` has room for the struct.
+            to_result(unsafe {
+                bindings::uverbs_copy_from(
+                    args.as_mut_ptr().cast(),
+                    attrs,
+                    a_args as usize,
+                    args.len(),
+                )
+            })?;
+            if u32_at(&args, offset_of!(B, reserved)) != 0 {
+                return Err(EINVAL);
+            }
+            let bind = XBind {
+                addr: u64_at(&args, offset_of!(B, addr)),
+                access: u32_at(&args, offset_of!(B, access)),
+                kind: u32_at(&args, offset_of!(B, kind)),
+                rkey: u32_at(&args, offset_of!(B, rkey)),
+            };
+            // SAFETY: `attrs` is live; the attribute is a mandatory input.
+            let len = unsafe { bindings::uverbs_attr_get_len(attrs, a_ents as u16) };
+            let len = usize::try_from(len).map_err(|_| EINVAL)?;
+            if len == 0 || len % XEntry::SIZE != 0 {
+                return Err(EINVAL);
+            }
+            // At most 64 KiB: the attribute's length is 16 bits.
+            let mut raw = KVec::from_elem(0u8, len, GFP_KERNEL_ACCOUNT)?;
+            // SAFETY: `attrs` is live; `raw` has room for the attribute's `len` bytes.
+            to_result(unsafe {
+                bindings::uverbs_copy_from(raw.as_mut_ptr().cast(), attrs, a_ents as usize, len)
+            })?;
+            let mut entries = KVec::with_capacity(len / XEntry::SIZE, GFP_KERNEL_ACCOUNT)?;
+            for c in raw.chunks_exact(XEntry::SIZE) {
+                entries.push(XEntry::parse(c), GFP_KERNEL_ACCOUNT)?;
+            }
+            // SAFETY: `attrs` is live; uapi.c declares the two mandatory handles of
+            // UVERBS_OBJECT_MW and UVERBS_OBJECT_QP, resolved by ib_core in the caller's file
+            // on this device and held for the call; windows are made by `alloc_mw_cb` and
+            // QPs by `create_qp_cb`, which set the driver data.
+            let (mw, qp) = unsafe {
+                let mw = bindings::uverbs_attr_get_obj(attrs, a_mw);
+                let qp = bindings::uverbs_attr_get_obj(attrs, a_qp);
+                if mw.is_null() || qp.is_null() {
+                    return Err(EINVAL);
+                }
+                (Mw::<T>::from_raw(mw.cast()), Qp::<T>::from_raw(qp.cast()))
+            };
+            let total = T::xmw_bind(mw.data(), &qp.data().data, &bind, &entries)?;
+            let resp = bindings::rodp_xmw_bind_resp { total };
+            // SAFETY: `attrs` is live; the attribute is the output of a
+            // `struct rodp_xmw_bind_resp`, and `uverbs_copy_to` copies at most the user's
+            // length.
+            to_result(unsafe {
+                bindings::uverbs_copy_to(
+                    attrs,
+                    a_resp as usize,
+                    (&raw const resp).cast(),
+                    size_of::<bindings::rodp_xmw_bind_resp>(),
+                )
+            })?;
             Ok(0)
         })
     }

@@ -6,8 +6,8 @@
 //! entries, no allocation and no kernel object: the objects an entry names are the caller's
 //! (`O`), and resolving a nested window is the caller's next step.
 //!
-//! The verbs that bind a layout check it here ([`check`], [`needs`]); the data path that
-//! walks a bound layout ([`find`], [`piece`]) comes next (issue 15), KUnit tests it until then.
+//! A bind checks a layout here ([`check`], [`needs`]); a remote access through a bound
+//! layout walks it piece by piece ([`piece`]).
 
 use kernel::prelude::*;
 
@@ -54,6 +54,18 @@ pub(crate) enum Invalid {
 }
 
 impl<O> Entry<O> {
+    /// The same entry naming `obj` (the object a bind resolved its key to).
+    pub(crate) fn with<P>(&self, obj: P) -> Entry<P> {
+        Entry {
+            obj,
+            start: self.start,
+            len: self.len,
+            repeat: self.repeat,
+            dims: self.dims,
+            ndims: self.ndims,
+        }
+    }
+
     fn dims(&self) -> &[Dim] {
         &self.dims[..self.ndims.min(MAX_DIMS)]
     }
