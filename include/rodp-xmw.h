@@ -7,10 +7,10 @@
  *
  * Build against it with: pkg-config --cflags --libs rodp-xmw
  *
- * What the library does today: it asks a device what it binds (rodp_xmw_query_device), grants
- * an MR non-contiguous binding (rodp_xmw_grant_noncontig) and allocates a window with a
- * descriptor budget (rodp_xmw_alloc_mw_ex). The binding calls follow as the kernel gains them;
- * a device reports only what works.
+ * What the library does: it asks a device what it binds (rodp_xmw_query_device), grants an MR
+ * non-contiguous binding (rodp_xmw_grant_noncontig), allocates a window with a descriptor
+ * budget (rodp_xmw_alloc_mw_ex) and binds a layout to a type 1 window by call
+ * (rodp_xmw_bind_layout). A device reports only what works.
  */
 #ifndef RODP_XMW_H
 #define RODP_XMW_H
@@ -67,6 +67,21 @@ int rodp_xmw_grant_noncontig(struct ibv_mr *mr);
  */
 struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
 				    uint32_t max_descriptors);
+
+/*
+ * Binds a layout to mw, a type 1 window from rodp_xmw_alloc_mw_ex, through qp (of the window's
+ * PD; any QP of it may then use the window): num_entries entries (struct rodp_xmw_entry of
+ * rodp-xmw-abi.h, each naming an MR granted non-contiguous binding by its lkey) of the layout
+ * kind (RODP_XMW_KIND_COMPOSITE or RODP_XMW_KIND_INTERLEAVED), the window starting at addr
+ * with the rights access (IBV_ACCESS_REMOTE_*). The bind takes effect when the call returns.
+ * On success mw->rkey is the window's new key and *total (if total is not NULL) its length.
+ * Returns 0 or an errno value (Documentation/xmw.rst, "Validity rules"; EOPNOTSUPP on a device
+ * that is not rodp's, EINVAL for NULL arguments or objects of two contexts).
+ */
+int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
+			 unsigned int access, enum rodp_xmw_kind kind,
+			 const struct rodp_xmw_entry *entries, uint32_t num_entries,
+			 uint64_t *total);
 
 #ifdef __cplusplus
 }

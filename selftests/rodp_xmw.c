@@ -130,14 +130,16 @@ TEST_F(xmw, the_device_says_what_it_binds)
 			      RDMA_DRIVER_RXE, RODP_ATTR_QUERY_XMW_CAPS, &caps, sizeof(caps),
 			      &flags));
 	EXPECT_TRUE(flags & UVERBS_ATTR_F_VALID_OUTPUT);
-	/* No layout kind binds yet, so no layout limits; windows take a descriptor budget. */
-	EXPECT_EQ(0, caps.flags);
+	/* Every layout kind binds by call; no send-queue binds (no inline entries), no nesting. */
+	EXPECT_EQ(RODP_XMW_COMPOSITE | RODP_XMW_INTERLEAVED | RODP_XMW_INTERLEAVED_REPETITION |
+		  RODP_XMW_INTERLEAVED_NONUNIFORM_REPETITION |
+		  RODP_XMW_INTERLEAVED_NONUNIFORM_TOTAL_ITEMS, caps.flags);
 	EXPECT_NE(0, caps.max_mkey_list_sz);
 	EXPECT_NE(0xa5a5a5a5, caps.max_mkey_list_sz);
 	EXPECT_EQ(0, caps.max_mkey_inline_list_sz);
-	EXPECT_EQ(0, caps.max_mw_recursion_depth);
-	EXPECT_EQ(0, caps.max_mw_stride_dimension);
-	EXPECT_EQ(0, caps.max_total);
+	EXPECT_EQ(1, caps.max_mw_recursion_depth);
+	EXPECT_EQ(RODP_XMW_MAX_DIMS, caps.max_mw_stride_dimension);
+	EXPECT_NE(0, caps.max_total);
 	EXPECT_EQ(0, caps.reserved);
 }
 
@@ -247,7 +249,7 @@ FIXTURE_SETUP(objs)
 {
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	ASSERT_EQ(0, dev_open(&self->d, "rodp0"));
-	ASSERT_EQ(0, rc_pair_open(&self->rc, &self->d, NULL, 4096, &rc_default));
+	ASSERT_EQ(0, rc_pair_open(&self->rc, &self->d, NULL, LEN, &rc_default));
 	self->mem = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, self->mem);
 	self->mr = ibv_reg_mr(self->d.pd, self->mem, LEN, ALL_ACCESS | IBV_ACCESS_MW_BIND);
@@ -383,6 +385,408 @@ TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 	ASSERT_EQ(pid, waitpid(pid, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st));
 	EXPECT_EQ(0, WEXITSTATUS(st));
+}
+
+/*
+ * Layouts. The window lives at its own address BASE; QP 0 reads and writes it through QP 1,
+ * which bound it. The test's model (Documentation/xmw.rst, "Reference algorithm", written out
+ * cycle by cycle) gives the memory address of every window byte.
+ */
+#define BASE 0x5a0000000000ULL
+#define MAXW (16 * 1024)
+
+struct layout {
+	enum rodp_xmw_kind kind;
+	unsigned int n;
+	struct rodp_xmw_entry e[4];
+};
+
+/* An entry of mr's memory at start: len-byte elements, repeat per cycle, dims (stride, count). */
+static struct rodp_xmw_entry ent(struct ibv_mr *mr, const void *start, __u64 len, __u64 repeat,
+				 unsigned int ndims, const __u64 (*dims)[2])
+{
+	struct rodp_xmw_entry e = {
+		.key = mr->lkey, .ndims = ndims, .start = (uintptr_t)start, .len = len,
+		.repeat_count = repeat,
+	};
+
+	for (unsigned int i = 0; i < ndims; i++) {
+		e.dims[i].stride = dims[i][0];
+		e.dims[i].count = dims[i][1];
+	}
+	return e;
+}
+
+static __u64 elements(const struct rodp_xmw_entry *e)
+{
+	__u64 n = 1;
+
+	for (unsigned int i = 0; i < e->ndims; i++)
+		n *= e->dims[i].count;
+	return n;
+}
+
+static __u64 element_at(const struct rodp_xmw_entry *e, __u64 k)
+{
+	__u64 a = e->start;
+
+	for (unsigned int i = 0; i < e->ndims; i++) {
+		a += e->dims[i].stride * (k % e->dims[i].count);
+		k /= e->dims[i].count;
+	}
+	return a;
+}
+
+/* The model: the address of each window byte in out[]; returns the window's length. */
+static size_t model(const struct layout *l, __u64 *out)
+{
+	__u64 next[4] = { 0 };
+	size_t w = 0;
+	int more = 1;
+
+	if (l->kind == RODP_XMW_KIND_COMPOSITE) {
+		for (unsigned int i = 0; i < l->n; i++)
+			for (__u64 k = 0; k < elements(&l->e[i]); k++)
+				for (__u64 b = 0; b < l->e[i].len && w < MAXW; b++)
+					out[w++] = element_at(&l->e[i], k) + b;
+		return w;
+	}
+	while (more) {
+		more = 0;
+		for (unsigned int i = 0; i < l->n; i++)
+			for (__u64 r = 0; r < l->e[i].repeat_count; r++) {
+				if (next[i] >= elements(&l->e[i]))
+					continue;
+				for (__u64 b = 0; b < l->e[i].len && w < MAXW; b++)
+					out[w++] = element_at(&l->e[i], next[i]) + b;
+				next[i]++;
+				more = 1;
+			}
+	}
+	return w;
+}
+
+static int bind_layout(FIXTURE_DATA(objs) *self, struct ibv_mw *mw, const struct layout *l,
+		       unsigned int access, uint64_t *total)
+{
+	return rodp_xmw_bind_layout(self->rc.qp[1], mw, BASE, access, l->kind, l->e, l->n, total);
+}
+
+/*
+ * Through the window bound to l: a READ of [w, w + len) must bring the model's bytes, and a
+ * WRITE of the same range must put new bytes where the model says and nowhere else. 0 if so.
+ */
+static int check_range(FIXTURE_DATA(objs) *self, struct ibv_mw *mw, const __u64 *map, size_t w,
+		       size_t len, unsigned int seed)
+{
+	static unsigned char want[LEN];
+	unsigned char *mem = (unsigned char *)self->mem, *buf = (unsigned char *)self->rc.buf[0];
+	int st;
+
+	fill(mem, LEN, seed);
+	memset(buf, 0, len);
+	st = rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, len, BASE + w, mw->rkey);
+	if (st != IBV_WC_SUCCESS)
+		return 100 + st;
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != *(unsigned char *)(uintptr_t)map[w + i])
+			return 1;
+	fill(buf, len, seed + 1);
+	memcpy(want, mem, LEN);
+	/* Bytes the window shows twice end with the later offset's value (window order). */
+	for (size_t i = 0; i < len; i++)
+		want[map[w + i] - (uintptr_t)mem] = buf[i];
+	st = rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, len, BASE + w, mw->rkey);
+	if (st != IBV_WC_SUCCESS)
+		return 200 + st;
+	return memcmp(want, mem, LEN) ? 2 : 0;
+}
+
+/* Binds l and checks the whole window and a range starting and ending inside elements. */
+static void layout_case(FIXTURE_DATA(objs) *self, struct __test_metadata *_metadata,
+			const struct layout *l, size_t want_total)
+{
+	static __u64 map[MAXW];
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 4);
+	size_t total = model(l, map);
+	uint64_t got = 0;
+
+	ASSERT_NE(NULL, mw);
+	ASSERT_EQ(want_total, total);
+	ASSERT_EQ(0, bind_layout(self, mw, l, WIN_RIGHTS, &got));
+	EXPECT_EQ(total, got);
+	EXPECT_EQ(0, check_range(self, mw, map, 0, total, 1));
+	if (total > 8)
+		EXPECT_EQ(0, check_range(self, mw, map, 3, total - 6, 7));
+	/* One byte past the window: a remote access error. */
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 2,
+						 BASE + total - 1, mw->rkey));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+}
+
+/* The proposal's examples (xmw.rst, "Examples", with their filled-in numbers, made smaller). */
+TEST_F(objs, the_proposals_examples_byte_for_byte)
+{
+	char *m = self->mem;
+	struct ibv_mr *hi;
+	struct layout l;
+
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	/* A second MR, the upper half: the two-entry example names two MRs. */
+	hi = ibv_reg_mr(self->d.pd, m + LEN / 2, LEN / 2, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NE(NULL, hi);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(hi));
+	/* 1. A matrix column: 64 cells of 8 bytes, 512 bytes apart, column 1. */
+	l = (struct layout){ RODP_XMW_KIND_COMPOSITE, 1,
+			     { ent(self->mr, m + 8, 8, 1, 1, (const __u64[][2]){ { 512, 64 } }) } };
+	layout_case(self, _metadata, &l, 512);
+	/* 2. Two entries interleaved: 512 bytes every 3072 (x10) with 8 every 48 (x10). */
+	l = (struct layout){ RODP_XMW_KIND_INTERLEAVED, 2, {
+		ent(self->mr, m, 512, 1, 1, (const __u64[][2]){ { 3072, 10 } }),
+		ent(hi, m + LEN / 2, 8, 1, 1, (const __u64[][2]){ { 48, 10 } }) } };
+	layout_case(self, _metadata, &l, 5200);
+	/* 3. A block: 3 rows of 32 bytes, 256 apart, in 2 planes 8192 apart; and as cells. */
+	l = (struct layout){ RODP_XMW_KIND_COMPOSITE, 1, {
+		ent(self->mr, m + 8736, 32, 1, 2, (const __u64[][2]){ { 256, 3 }, { 8192, 2 } }) } };
+	layout_case(self, _metadata, &l, 192);
+	l = (struct layout){ RODP_XMW_KIND_COMPOSITE, 1, {
+		ent(self->mr, m + 8736, 8, 1, 3,
+		    (const __u64[][2]){ { 8, 4 }, { 256, 3 }, { 8192, 2 } }) } };
+	layout_case(self, _metadata, &l, 192);
+	/* 4. Non-uniform repetitions: X/Y/Z 3, R/G/B 3, S/T 2 per cycle, six vertices; then
+	 * texture for four vertices only (entries running out at different cycles). */
+	l = (struct layout){ RODP_XMW_KIND_INTERLEAVED, 3, {
+		ent(self->mr, m + 0x1000, 1, 3, 1, (const __u64[][2]){ { 1, 18 } }),
+		ent(self->mr, m + 0x2000, 1, 3, 1, (const __u64[][2]){ { 1, 18 } }),
+		ent(self->mr, m + 0x3000, 1, 2, 1, (const __u64[][2]){ { 1, 12 } }) } };
+	layout_case(self, _metadata, &l, 48);
+	l.e[2].dims[0].count = 8;
+	layout_case(self, _metadata, &l, 44);
+	EXPECT_EQ(0, ibv_dereg_mr(hi));
+}
+
+/* A small xorshift generator: the same random layouts in every run. */
+static __u64 rnd(__u64 *x, __u64 below)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x % below;
+}
+
+TEST_F_TIMEOUT(objs, random_layouts_match_the_model, 300)
+{
+	static __u64 map[MAXW];
+	__u64 x = 0x2545f4914f6cdd1dULL;
+
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	for (int round = 0; round < 24; round++) {
+		struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 4);
+		struct layout l = {
+			.kind = rnd(&x, 2) ? RODP_XMW_KIND_INTERLEAVED : RODP_XMW_KIND_COMPOSITE,
+			.n = 1 + rnd(&x, 3),
+		};
+		size_t total, w, len;
+		uint64_t got;
+
+		ASSERT_NE(NULL, mw);
+		for (unsigned int i = 0; i < l.n; i++) {
+			__u64 dims[RODP_XMW_MAX_DIMS][2];
+			unsigned int nd = rnd(&x, 4);
+
+			for (unsigned int d = 0; d < nd; d++) {
+				dims[d][0] = rnd(&x, 64);
+				dims[d][1] = 1 + rnd(&x, 4);
+			}
+			l.e[i] = ent(self->mr, (char *)self->mem + rnd(&x, 4096), 1 + rnd(&x, 16),
+				     l.kind == RODP_XMW_KIND_COMPOSITE ? 1 : 1 + rnd(&x, 3), nd,
+				     (const __u64(*)[2])dims);
+		}
+		total = model(&l, map);
+		ASSERT_EQ(0, bind_layout(self, mw, &l, WIN_RIGHTS, &got));
+		ASSERT_EQ(total, got);
+		w = rnd(&x, total);
+		len = 1 + rnd(&x, total - w);
+		EXPECT_EQ(0, check_range(self, mw, map, w, len, round)) TH_LOG("round %d", round);
+		EXPECT_EQ(0, ibv_dealloc_mw(mw));
+	}
+}
+
+/* Atomics: the 8 bytes in one element at an aligned memory address, else an invalid request. */
+TEST_F(objs, an_atomic_goes_to_one_element)
+{
+	__u64 *word = (__u64 *)((char *)self->mem + 512 + 8), *res = (__u64 *)self->rc.buf[0];
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 4);
+	struct layout col = { RODP_XMW_KIND_COMPOSITE, 1,
+			      { ent(self->mr, (char *)self->mem + 8, 8, 1, 1,
+				    (const __u64[][2]){ { 512, 64 } }) } };
+	struct ibv_wc wc;
+
+	ASSERT_NE(NULL, mw);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS, NULL));
+	*word = 40;
+	/* Window offset 8: element 1, memory offset 512 + 8. */
+	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, res,
+				 self->rc.mr[0]->lkey, BASE + 8, mw->rkey, 2, 0));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 30000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(40, *res);
+	EXPECT_EQ(42, *word);
+	/* Elements of 4 bytes: an aligned window word spans two of them. */
+	col.e[0].len = 4;
+	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS, NULL));
+	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, res,
+				 self->rc.mr[0]->lkey, BASE + 8, mw->rkey, 2, 0));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 30000));
+	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, wc.status);
+	EXPECT_EQ(42, *word);
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	/* One element, but at a misaligned memory address. */
+	col.e[0].len = 8;
+	col.e[0].start = (uintptr_t)self->mem + 4;
+	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS, NULL));
+	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, res,
+				 self->rc.mr[0]->lkey, BASE + 8, mw->rkey, 2, 0));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 30000));
+	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, wc.status);
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+}
+
+/* Each validity rule of xmw.rst's table that a bind by call can break, with its errno. */
+TEST_F(objs, every_rule_has_its_errno)
+{
+	char *m = self->mem;
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 2);
+	struct ibv_mw *plain = ibv_alloc_mw(self->d.pd, IBV_MW_TYPE_1);
+	struct ibv_mw *t2 = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_2, 2);
+	struct ibv_mr *ro = ibv_reg_mr(self->d.pd, m, LEN, IBV_ACCESS_REMOTE_READ);
+	struct ibv_pd *pd2 = ibv_alloc_pd(self->d.ctx);
+	struct ibv_mr *other = pd2 ? ibv_reg_mr(pd2, m, LEN, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct layout ok = { RODP_XMW_KIND_COMPOSITE, 1,
+			     { ent(self->mr, m, 8, 1, 1, (const __u64[][2]){ { 16, 4 } }) } };
+	struct layout l;
+	__u32 key;
+
+	ASSERT_NE(NULL, mw);
+	ASSERT_NE(NULL, plain);
+	ASSERT_NE(NULL, t2);
+	ASSERT_NE(NULL, ro);
+	ASSERT_NE(NULL, other);
+	/* Not granted yet. */
+	EXPECT_EQ(EACCES, bind_layout(self, mw, &ok, WIN_RIGHTS, NULL));
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(ro));
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(other));
+	/* A window without a budget, a type 2B window. */
+	EXPECT_EQ(EINVAL, bind_layout(self, plain, &ok, WIN_RIGHTS, NULL));
+	EXPECT_EQ(EINVAL, bind_layout(self, t2, &ok, WIN_RIGHTS, NULL));
+	/* Unknown kind, unknown right, zero-based. */
+	l = ok;
+	l.kind = 2;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &ok, WIN_RIGHTS | (1 << 30), NULL));
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &ok, WIN_RIGHTS | IBV_ACCESS_ZERO_BASED, NULL));
+	/* More entries than the budget. */
+	l = ok;
+	l.n = 3;
+	l.e[1] = l.e[2] = ok.e[0];
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	/* Zero length, count, repeat; a repeat in a composite; too many dimensions. */
+	l = ok;
+	l.e[0].len = 0;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l = ok;
+	l.e[0].dims[0].count = 0;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l = ok;
+	l.e[0].repeat_count = 0;
+	l.kind = RODP_XMW_KIND_INTERLEAVED;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l = ok;
+	l.e[0].repeat_count = 2;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l = ok;
+	l.e[0].ndims = RODP_XMW_MAX_DIMS + 1;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	/* Arithmetic past 2^64: counts, a stride's reach. */
+	l = ok;
+	l.e[0].ndims = 2;
+	l.e[0].dims[0].count = l.e[0].dims[1].count = 1ULL << 32;
+	EXPECT_EQ(EOVERFLOW, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l = ok;
+	l.e[0].dims[0].stride = ~0ULL / 2;
+	EXPECT_EQ(EOVERFLOW, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	/* A total over max_total: overlap presents the same 8 bytes 2^38 times. */
+	l = ok;
+	l.e[0].dims[0].stride = 0;
+	l.e[0].dims[0].count = self->caps.max_total / 8 + 1;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	/* A key of nothing; an MR of another PD; a footprint past the MR's end or before it. */
+	l = ok;
+	l.e[0].key = self->mr->lkey ^ 0x80;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l.e[0].key = other->lkey;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l = ok;
+	l.e[0].start = (uintptr_t)m + LEN - 8 - 3 * 16 + 1;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l.e[0].start = (uintptr_t)m - 1;
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	/* Remote write over an MR without local write: rights not covered; read alone is. */
+	l = ok;
+	l.e[0].key = ro->lkey;
+	EXPECT_EQ(EACCES, bind_layout(self, mw, &l, IBV_ACCESS_REMOTE_WRITE, NULL));
+	EXPECT_EQ(0, bind_layout(self, mw, &l, IBV_ACCESS_REMOTE_READ, NULL));
+	/* A window in a layout (this one included): deeper than the device's depth 1. */
+	l = ok;
+	l.e[0].key = mw->rkey;
+	EXPECT_EQ(ELOOP, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	l.e[0].key = t2->rkey;
+	EXPECT_EQ(ELOOP, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	/* Every rule kept: bound, under a new key (same index, new key byte). */
+	key = mw->rkey;
+	EXPECT_EQ(0, bind_layout(self, mw, &ok, WIN_RIGHTS, NULL));
+	EXPECT_EQ(key & ~0xffu, mw->rkey & ~0xffu);
+	EXPECT_NE(key, mw->rkey);
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+	EXPECT_EQ(0, ibv_dealloc_mw(plain));
+	EXPECT_EQ(0, ibv_dealloc_mw(t2));
+	EXPECT_EQ(0, ibv_dereg_mr(ro));
+	EXPECT_EQ(0, ibv_dereg_mr(other));
+	EXPECT_EQ(0, ibv_dealloc_pd(pd2));
+}
+
+/* An MR under a bound layout refuses deregistration until the window lets it go. */
+TEST_F(objs, an_mr_under_a_layout_stays_until_the_window_lets_go)
+{
+	struct ibv_mr *mr = ibv_reg_mr(self->d.pd, self->mem, LEN, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 2);
+	struct layout l = { RODP_XMW_KIND_COMPOSITE, 2, {
+		ent(mr, self->mem, 8, 1, 0, NULL), ent(mr, self->mem, 8, 1, 0, NULL) } };
+	char line[1024];
+
+	ASSERT_NE(NULL, mr);
+	ASSERT_NE(NULL, mw);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(mr));
+	ASSERT_EQ(0, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	ASSERT_EQ(0, res_line(mr, line, sizeof(line)));
+	/* Counted once per entry. */
+	EXPECT_NE(NULL, strstr(line, "drv_windows 2")) TH_LOG("%s", line);
+	EXPECT_EQ(EBUSY, ibv_dereg_mr(mr));
+	EXPECT_EQ(-EBUSY, rereg_cmd(self->d.ctx, mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, 0, 0, NULL,
+				    IBV_ACCESS_LOCAL_WRITE, NULL, NULL));
+	/* An ordinary zero-length bind unbinds it. */
+	ASSERT_EQ(IBV_WC_SUCCESS, bind1(self->rc.qp[1], self->rc.cq[1], mw, self->mr, self->mem, 0,
+					0));
+	ASSERT_EQ(0, res_line(mr, line, sizeof(line)));
+	EXPECT_EQ(NULL, strstr(line, "drv_windows"));
+	ASSERT_EQ(0, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	/* Deallocation lets go as well. */
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
 }
 
 /* rxe's own device (the port is rxe's once rodp's last device is gone). Loading rdma_rxe

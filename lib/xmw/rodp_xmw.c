@@ -21,7 +21,7 @@ static int call(struct ibv_context *ctx, uint16_t object, uint16_t method,
 {
 	struct {
 		struct ib_uverbs_ioctl_hdr hdr;
-		struct ib_uverbs_attr attrs[4];
+		struct ib_uverbs_attr attrs[5];
 	} req = {
 		.hdr = {
 			.object_id = object,
@@ -32,7 +32,7 @@ static int call(struct ibv_context *ctx, uint16_t object, uint16_t method,
 		},
 	};
 
-	if (n > 4)
+	if (n > 5)
 		return EINVAL;
 	req.hdr.length = sizeof(req.hdr) + n * sizeof(req.attrs[0]);
 	for (unsigned int i = 0; i < n; i++) {
@@ -120,4 +120,46 @@ struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
 		return NULL;
 	}
 	return mw;
+}
+
+int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
+			 unsigned int access, enum rodp_xmw_kind kind,
+			 const struct rodp_xmw_entry *entries, uint32_t num_entries,
+			 uint64_t *total)
+{
+	/* The next key byte, as ibv_bind_mw gives a type 1 window. */
+	uint32_t rkey = (mw ? mw->rkey & ~0xffu : 0) | ((mw ? mw->rkey + 1 : 0) & 0xff);
+	struct rodp_xmw_bind args = {
+		.addr = addr,
+		.access = access,
+		.kind = kind,
+		.rkey = rkey,
+	};
+	struct rodp_xmw_bind_resp resp = { 0 };
+	size_t len = (size_t)num_entries * sizeof(*entries);
+	struct ib_uverbs_attr a[5] = {
+		{ .attr_id = RODP_ATTR_MW_XBIND_HANDLE },
+		{ .attr_id = RODP_ATTR_MW_XBIND_QP },
+		{ .attr_id = RODP_ATTR_MW_XBIND_ARGS, .len = sizeof(args),
+		  .data = (uintptr_t)&args },
+		{ .attr_id = RODP_ATTR_MW_XBIND_ENTRIES, .len = (uint16_t)len,
+		  .data = (uintptr_t)entries },
+		{ .attr_id = RODP_ATTR_MW_XBIND_RESP, .len = sizeof(resp),
+		  .data = (uintptr_t)&resp },
+	};
+	int err;
+
+	/* One context's objects only: handles mean something only in their own file. */
+	if (!qp || !mw || !entries || !num_entries || qp->context != mw->context ||
+	    len > UINT16_MAX)
+		return EINVAL;
+	a[0].data = mw->handle;
+	a[1].data = qp->handle;
+	err = call(mw->context, UVERBS_OBJECT_MW, RODP_METHOD_MW_XBIND, a, 5);
+	if (err)
+		return not_rodp(err) ? EOPNOTSUPP : err;
+	mw->rkey = rkey;
+	if (total)
+		*total = resp.total;
+	return 0;
 }
