@@ -6,7 +6,8 @@
  * driver_id RDMA_DRIVER_RXE; objects are named by the handles libibverbs keeps in ibv_pd,
  * ibv_mr, ibv_mw and ibv_qp. Shared by the kernel's method tables, bindgen and the library.
  *
- * Implemented: the query, the MR grant and the window's budget (XINIT). XBIND is a draft.
+ * Implemented: the query, the MR grant, the window's budget (XINIT) and the bind by call of a
+ * layout to a type 1 window (XBIND).
  */
 #ifndef RODP_XMW_ABI_H
 #define RODP_XMW_ABI_H
