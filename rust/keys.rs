@@ -67,7 +67,7 @@ pub(crate) enum Reach {
     One(MrRef, usize),
     /// Through an extended window: a range per element touched, in window order (the MR held
     /// for the access, the offset in it, the length).
-    Pieces(KVec<(MrRef, usize, usize)>),
+    Pieces(KVVec<(MrRef, usize, usize)>),
 }
 
 /// The numbered objects of a device the engine looks up: QPs by number, MRs and windows by key,

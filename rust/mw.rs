@@ -37,6 +37,7 @@ use crate::{
     },
 };
 use kernel::{
+    alloc::KVVec,
     new_mutex,
     prelude::*,
     sync::{Arc, Mutex},
@@ -366,16 +367,23 @@ impl MwShared {
         match &b.target {
             Target::Range { mr, mr_off, .. } => Ok(Reach::One(enter(mr)?, (mr_off + off) as usize)),
             Target::Layout { kind, entries, .. } => {
-                let mut pieces = KVec::new();
+                let mut pieces = KVVec::new();
                 let (mut w, end) = (off, off + len);
                 while w < end {
+                    // Bounded: a peer's READ may be 2 GiB long, of one-byte elements.
+                    if pieces.len() == xmw::MAX_PIECES {
+                        return Err(Fault::Range);
+                    }
                     let (i, a, n) =
                         layout::piece(*kind, entries, w, end - w).ok_or(Fault::Range)?;
                     let mr = &entries[i].obj;
                     // The bind checked the entry's footprint against the MR's range.
                     let moff = a.checked_sub(mr.iova).ok_or(Fault::Range)?;
                     pieces
-                        .push((enter(mr)?, moff as usize, n as usize), GFP_KERNEL)
+                        .push(
+                            (enter(mr)?, moff as usize, n as usize),
+                            GFP_KERNEL | __GFP_NOWARN,
+                        )
                         .map_err(|_| Fault::Range)?;
                     w += n;
                 }
@@ -455,7 +463,8 @@ impl MwShared {
             entries.push(e.with(mr), GFP_KERNEL_ACCOUNT)?;
         }
         let mut st = self.state.lock();
-        if st.freed {
+        // The budget again: it may have changed while the window was free.
+        if st.freed || given.len() > st.descriptors as usize {
             return Err(EINVAL);
         }
         let byte = x.rkey & 0xff;

@@ -20,6 +20,10 @@ use layout::{Dim, Entry, Invalid, Needs, MAX_DIMS};
 /// (`max_mkey_list_sz`).
 pub(crate) const MAX_LIST: u32 = 256;
 
+/// Most elements one remote access through a layout touches (a packet of the largest MTU
+/// in one-byte elements): a longer READ or WRITE is a remote access error.
+pub(crate) const MAX_PIECES: usize = 4096;
+
 /// The longest layout, `max_mr_size` (a window larger than any MR serves no transfer, and
 /// overlapping entries could otherwise present memory many times over).
 pub(crate) const MAX_TOTAL: u64 = 1 << 40;

@@ -11,7 +11,7 @@ use crate::{
     odp::Faults,
     qp::QpShared,
 };
-use kernel::prelude::*;
+use kernel::{alloc::KVVec, prelude::*};
 
 /// Per-QP scratch space the requester reuses for every WQE, so the data path does not
 /// allocate.
@@ -49,7 +49,7 @@ pub(crate) struct Seg {
 /// range per element (`Reach`).
 pub(crate) enum Segs {
     One([Seg; 1]),
-    Many(KVec<Seg>),
+    Many(KVVec<Seg>),
 }
 
 impl Segs {
@@ -58,9 +58,10 @@ impl Segs {
         Ok(match r {
             Reach::One(mr, off) => Self::One([Seg { mr, off, len }]),
             Reach::Pieces(p) => {
-                let mut v = KVec::with_capacity(p.len(), GFP_KERNEL).map_err(|_| Fault::Range)?;
+                let flags = GFP_KERNEL | __GFP_NOWARN;
+                let mut v = KVVec::with_capacity(p.len(), flags).map_err(|_| Fault::Range)?;
                 for (mr, off, len) in p {
-                    v.push(Seg { mr, off, len }, GFP_KERNEL)
+                    v.push(Seg { mr, off, len }, flags)
                         .map_err(|_| Fault::Range)?;
                 }
                 Self::Many(v)

@@ -14,6 +14,18 @@ use kernel::prelude::*;
 /// Most dimensions of one entry (`max_mw_stride_dimension`).
 pub(crate) const MAX_DIMS: usize = 4;
 
+/// `a / b`, 0 for `b` 0: the layouts this module walks are [`check`]ed, so no divisor is 0,
+/// and a division that cannot panic keeps panic calls (which objtool does not know for
+/// division) out of the code.
+fn div(a: u64, b: u64) -> u64 {
+    a.checked_div(b).unwrap_or(0)
+}
+
+/// `a % b`, 0 for `b` 0 (see [`div`]).
+fn rem(a: u64, b: u64) -> u64 {
+    a.checked_rem(b).unwrap_or(0)
+}
+
 /// One dimension of an entry: `count` steps of `stride` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Dim {
@@ -91,8 +103,8 @@ impl<O> Entry<O> {
     pub(crate) fn addr(&self, mut k: u64) -> u64 {
         let mut a = self.start;
         for d in self.dims() {
-            a += d.stride * (k % d.count);
-            k /= d.count;
+            a += d.stride * rem(k, d.count);
+            k = div(k, d.count);
         }
         a
     }
@@ -105,7 +117,7 @@ impl<O> Entry<O> {
     /// The cycles in which an interleaved entry still gives elements, `ceil(n / repeat)`.
     fn cycles(&self) -> u64 {
         let n = self.elements().unwrap_or(0);
-        n / self.repeat + u64::from(n % self.repeat != 0)
+        div(n, self.repeat) + u64::from(rem(n, self.repeat) != 0)
     }
 
     /// The elements it gives in cycle `j`: `repeat`, what is left, or none.
@@ -169,7 +181,7 @@ pub(crate) fn needs<O>(kind: Kind, entries: &[Entry<O>]) -> Needs {
     }
     let cycles = |e: &Entry<O>| {
         let n = e.elements().unwrap_or(0);
-        (n % e.repeat == 0).then_some(n / e.repeat)
+        (rem(n, e.repeat) == 0).then_some(div(n, e.repeat))
     };
     let first = &entries[0];
     let together = entries
@@ -203,8 +215,8 @@ pub(crate) fn find<O>(kind: Kind, entries: &[Entry<O>], w: u64) -> Option<Spot> 
                 if u < bytes {
                     return Some(Spot {
                         entry: i,
-                        k: u / e.len,
-                        b: u % e.len,
+                        k: div(u, e.len),
+                        b: rem(u, e.len),
                     });
                 }
                 u -= bytes;
@@ -228,7 +240,7 @@ fn find_interleaved<O>(entries: &[Entry<O>], w: u64) -> Option<Spot> {
             .iter()
             .flat_map(|e| {
                 let n = e.elements().unwrap_or(0);
-                [n / e.repeat, e.cycles()]
+                [div(n, e.repeat), e.cycles()]
             })
             .filter(|&b| b > j0)
             .min()
@@ -241,15 +253,15 @@ fn find_interleaved<O>(entries: &[Entry<O>], w: u64) -> Option<Spot> {
                 j0 = j1;
             }
             _ => {
-                let j = j0 + u / size;
-                let mut t = u % size;
+                let j = j0 + div(u, size);
+                let mut t = rem(u, size);
                 for (i, e) in entries.iter().enumerate() {
                     let part = e.given(j0) * e.len;
                     if t < part {
                         return Some(Spot {
                             entry: i,
-                            k: j * e.repeat + t / e.len,
-                            b: t % e.len,
+                            k: j * e.repeat + div(t, e.len),
+                            b: rem(t, e.len),
                         });
                     }
                     t -= part;
@@ -496,7 +508,7 @@ mod tests {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
-            self.0 % below
+            self.0.checked_rem(below).unwrap_or(0)
         }
     }
 
