@@ -655,6 +655,41 @@ TEST_F(objs, an_atomic_goes_to_one_element)
 	EXPECT_EQ(0, ibv_dealloc_mw(mw));
 }
 
+/*
+ * One access touches at most 4,096 elements: one more is a remote access error, before a byte
+ * moves (a READ, and a WRITE, whole, as on the wire at its first packet).
+ */
+TEST_F(objs, an_access_touches_at_most_4096_elements)
+{
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 1);
+	/* Every other byte of the first 16 KiB: 8,192 one-byte elements. */
+	struct layout odd = { RODP_XMW_KIND_COMPOSITE, 1,
+			      { ent(self->mr, self->mem, 1, 1, 1, (const __u64[][2]){ { 2, 8192 } }) } };
+	unsigned char *buf = (unsigned char *)self->rc.buf[0], *mem = (unsigned char *)self->mem;
+
+	ASSERT_NE(NULL, mw);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	ASSERT_EQ(0, bind_layout(self, mw, &odd, WIN_RIGHTS, NULL));
+	fill(mem, LEN, 3);
+	ASSERT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 4096, BASE + 4096,
+					  mw->rkey));
+	EXPECT_EQ(mem[2 * 4096], buf[0]);
+	EXPECT_EQ(mem[2 * 8191], buf[4095]);
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 4097, BASE,
+						 mw->rkey));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	memset(buf, 0xee, 4097);
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 4097, BASE,
+						 mw->rkey));
+	EXPECT_NE(0xee, mem[0]);
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, 4096, BASE, mw->rkey));
+	EXPECT_EQ(0xee, mem[0]);
+	EXPECT_EQ(0xee, mem[2 * 4095]);
+	EXPECT_NE(0xee, mem[2 * 4096]);
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+}
+
 /* Each validity rule of xmw.rst's table that a bind by call can break, with its errno. */
 TEST_F(objs, every_rule_has_its_errno)
 {

@@ -57,8 +57,9 @@ use super::{
 use crate::{
     ib::{
         umem::AtomicOp,
-        verbs::{QpAttr, QpType, WcStatus, WrOpcode},
+        verbs::{access, QpAttr, QpType, WcStatus, WrOpcode},
     },
+    keys,
     odp::Faults,
     qp::QpShared,
     stats::Counter,
@@ -1742,6 +1743,20 @@ fn execute_in_order(
             let len = p.payload.len() as u64;
             if len > resid || (pos.ends() && len != resid) {
                 return Reply::Nak(Nak::InvReq);
+            }
+            // A WRITE through an extended window is checked whole at its first packet, as on
+            // one host, where it arrives whole: one touching more elements than an access may
+            // fails before a byte is placed.
+            let first = !matches!(cur, Cur::Write { .. });
+            if first && total > 0 && keys::is_window(rkey) {
+                let whole = u64::from(total);
+                if qp
+                    .tables
+                    .remote(qp, rkey, va, whole, access::REMOTE_WRITE)
+                    .is_err()
+                {
+                    return Reply::Nak(Nak::Access);
+                }
             }
             let part = Message {
                 remote_addr: va,
