@@ -42,6 +42,8 @@ const struct uapi_definition *rodp_helper_uapi_defs(const struct rodp_uapi_ops *
 void *rodp_helper_uverbs_attr_get_obj(const struct uverbs_attr_bundle *attrs, u16 idx);
 int rodp_helper_uverbs_copy_from(void *to, const struct uverbs_attr_bundle *attrs, size_t idx,
 				 size_t size);
+int rodp_helper_uverbs_copy_from_or_zero(void *to, const struct uverbs_attr_bundle *attrs,
+					 size_t idx, size_t size);
 int rodp_helper_uverbs_attr_get_len(const struct uverbs_attr_bundle *attrs, u16 idx);
 
 u32 rodp_helper_load_acquire_u32(const u32 *p);

@@ -369,16 +369,23 @@ impl MwShared {
             Target::Layout { kind, entries, .. } => {
                 let mut pieces = KVVec::new();
                 let (mut w, end) = (off, off + len);
+                // Located once, then stepped element by element.
+                let mut spot = layout::find(*kind, entries, w);
                 while w < end {
                     // Bounded: a peer's READ may be 2 GiB long, of one-byte elements.
                     if pieces.len() == xmw::MAX_PIECES {
                         return Err(Fault::Range);
                     }
-                    let (i, a, n) =
-                        layout::piece(*kind, entries, w, end - w).ok_or(Fault::Range)?;
-                    let mr = &entries[i].obj;
-                    // The bind checked the entry's footprint against the MR's range.
-                    let moff = a.checked_sub(mr.iova).ok_or(Fault::Range)?;
+                    let s = spot.ok_or(Fault::Range)?;
+                    let e = &entries[s.entry];
+                    let n = (e.len - s.b).min(end - w);
+                    let mr = &e.obj;
+                    // The bind checked the entry's footprint against the MR's range; checked
+                    // again here for each piece, as cheaply.
+                    let moff = (e.addr(s.k) + s.b)
+                        .checked_sub(mr.iova)
+                        .filter(|o| o.checked_add(n).is_some_and(|x| x <= mr.length))
+                        .ok_or(Fault::Range)?;
                     pieces
                         .push(
                             (enter(mr)?, moff as usize, n as usize),
@@ -386,6 +393,7 @@ impl MwShared {
                         )
                         .map_err(|_| Fault::Range)?;
                     w += n;
+                    spot = layout::next(*kind, entries, s);
                 }
                 Ok(Reach::Pieces(pieces))
             }

@@ -51,6 +51,19 @@ static int not_rodp(int err)
 	return err == EPROTONOSUPPORT || err == EOPNOTSUPP;
 }
 
+int rodp_xmw_query_device(struct ibv_context *ctx, struct rodp_xmw_mw_caps *caps);
+
+/* The answer to a call on ctx's device that failed with err: EINVAL is another driver's
+ * answer too, which the query (taking no arguments) tells apart. */
+static int answer(struct ibv_context *ctx, int err)
+{
+	struct rodp_xmw_mw_caps caps;
+
+	if (not_rodp(err) || (err == EINVAL && rodp_xmw_query_device(ctx, &caps) == EOPNOTSUPP))
+		return EOPNOTSUPP;
+	return err;
+}
+
 int rodp_xmw_query_device(struct ibv_context *ctx, struct rodp_xmw_mw_caps *caps)
 {
 	struct rodp_xmw_caps k;
@@ -90,7 +103,7 @@ int rodp_xmw_grant_noncontig(struct ibv_mr *mr)
 		return EINVAL;
 	h.data = mr->handle;
 	err = call(mr->context, UVERBS_OBJECT_MR, RODP_METHOD_MR_XMW_GRANT, &h, 1);
-	return not_rodp(err) ? EOPNOTSUPP : err;
+	return err ? answer(mr->context, err) : 0;
 }
 
 struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
@@ -116,7 +129,7 @@ struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
 	err = call(pd->context, UVERBS_OBJECT_MW, RODP_METHOD_MW_XINIT, a, 2);
 	if (err) {
 		ibv_dealloc_mw(mw);
-		errno = not_rodp(err) ? EOPNOTSUPP : err;
+		errno = answer(pd->context, err);
 		return NULL;
 	}
 	return mw;
@@ -136,7 +149,8 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 		.rkey = rkey,
 	};
 	struct rodp_xmw_bind_resp resp = { 0 };
-	size_t len = (size_t)num_entries * sizeof(*entries);
+	size_t len = num_entries <= UINT16_MAX / sizeof(*entries) ?
+		     num_entries * sizeof(*entries) : UINT16_MAX + 1;
 	struct ib_uverbs_attr a[5] = {
 		{ .attr_id = RODP_ATTR_MW_XBIND_HANDLE },
 		{ .attr_id = RODP_ATTR_MW_XBIND_QP },
@@ -157,7 +171,7 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 	a[1].data = qp->handle;
 	err = call(mw->context, UVERBS_OBJECT_MW, RODP_METHOD_MW_XBIND, a, 5);
 	if (err)
-		return not_rodp(err) ? EOPNOTSUPP : err;
+		return answer(mw->context, err);
 	mw->rkey = rkey;
 	if (total)
 		*total = resp.total;

@@ -1829,6 +1829,9 @@ fn read(qp: &Arc<QpShared>, tx: Option<&Tx>, m: &Message<'_>, psn: Psn, msn: u32
     let segs = resp::read_target(qp, m).map_err(|_| EACCES)?;
     let segs: &[Seg] = segs.as_deref().unwrap_or(&[]);
     let size = mtu.bytes() as usize;
+    // The first range each packet reads from, and where it starts in the READ: a cursor, so
+    // that many ranges (a layout's) are walked once, not once per packet.
+    let (mut first, mut before) = (0usize, 0usize);
     for i in 0..n {
         let position = match (i == 0, i + 1 == n) {
             (true, true) => Position::Only,
@@ -1846,8 +1849,13 @@ fn read(qp: &Arc<QpShared>, tx: Option<&Tx>, m: &Message<'_>, psn: Psn, msn: u32
         }
         let off = i as usize * size;
         let k = size.min(len - off);
+        while first < segs.len() && off - before >= segs[first].len {
+            before += segs[first].len;
+            first += 1;
+        }
+        let rest = &segs[first..];
         tx.send(&qp.tables.stats, h, k, |out| {
-            gather(Src::Segs(segs), off, out, false)
+            gather(Src::Segs(rest), off - before, out, false)
         })
         .map_err(|_| EIO)?;
         crate::ib::wq::cond_resched();

@@ -234,6 +234,13 @@ int rodp_helper_uverbs_copy_from(void *to, const struct uverbs_attr_bundle *attr
 	return _uverbs_copy_from(to, attrs, idx, size);
 }
 
+/* At most size bytes of an input attribute, the rest of to zeroed. */
+int rodp_helper_uverbs_copy_from_or_zero(void *to, const struct uverbs_attr_bundle *attrs,
+					 size_t idx, size_t size)
+{
+	return _uverbs_copy_from_or_zero(to, attrs, idx, size);
+}
+
 /* The length of an input attribute, or a negative errno when it is absent. */
 int rodp_helper_uverbs_attr_get_len(const struct uverbs_attr_bundle *attrs, u16 idx)
 {

@@ -17,6 +17,7 @@ use core::{
     mem::{offset_of, size_of},
 };
 use kernel::{
+    alloc::KVVec,
     error::{from_result, to_result},
     ffi::c_int,
     prelude::*,
@@ -220,9 +221,10 @@ impl<T: Driver> Uapi<T> {
             let mut args = [0u8; size_of::<B>()];
             // SAFETY: `attrs` is live; uapi.c declares the attribute a mandatory input of a
             // `struct rodp_xmw_bind` (ib_core checked its length against the struct's and
-            // that any bytes past it are zero), and `args` has room for the struct.
+            // that any bytes past it are zero, so a longer, newer struct copies its known
+            // part), and `args` has room for the struct.
             to_result(unsafe {
-                bindings::uverbs_copy_from(
+                bindings::uverbs_copy_from_or_zero(
                     args.as_mut_ptr().cast(),
                     attrs,
                     a_args as usize,
@@ -241,18 +243,22 @@ impl<T: Driver> Uapi<T> {
             // SAFETY: `attrs` is live; the attribute is a mandatory input.
             let len = unsafe { bindings::uverbs_attr_get_len(attrs, a_ents as u16) };
             let len = usize::try_from(len).map_err(|_| EINVAL)?;
-            if len == 0 || len % XEntry::SIZE != 0 {
+            // No more entries than a layout may have: the budget is checked again later.
+            if len == 0
+                || len % XEntry::SIZE != 0
+                || len / XEntry::SIZE > T::xmw_caps().max_list as usize
+            {
                 return Err(EINVAL);
             }
-            // At most 64 KiB: the attribute's length is 16 bits.
-            let mut raw = KVec::from_elem(0u8, len, GFP_KERNEL_ACCOUNT)?;
+            let mut raw = KVVec::from_elem(0u8, len, GFP_KERNEL_ACCOUNT | __GFP_NOWARN)?;
             // SAFETY: `attrs` is live; `raw` has room for the attribute's `len` bytes.
             to_result(unsafe {
                 bindings::uverbs_copy_from(raw.as_mut_ptr().cast(), attrs, a_ents as usize, len)
             })?;
-            let mut entries = KVec::with_capacity(len / XEntry::SIZE, GFP_KERNEL_ACCOUNT)?;
+            let flags = GFP_KERNEL_ACCOUNT | __GFP_NOWARN;
+            let mut entries = KVVec::with_capacity(len / XEntry::SIZE, flags)?;
             for c in raw.chunks_exact(XEntry::SIZE) {
-                entries.push(XEntry::parse(c), GFP_KERNEL_ACCOUNT)?;
+                entries.push(XEntry::parse(c), flags)?;
             }
             // SAFETY: `attrs` is live; uapi.c declares the two mandatory handles of
             // UVERBS_OBJECT_MW and UVERBS_OBJECT_QP, resolved by ib_core in the caller's file
@@ -266,6 +272,8 @@ impl<T: Driver> Uapi<T> {
                 }
                 (Mw::<T>::from_raw(mw.cast()), Qp::<T>::from_raw(qp.cast()))
             };
+            // Bound from here: a failure to copy the length out (the caller's buffer) is still
+            // reported, with the window bound under the new key.
             let total = T::xmw_bind(mw.data(), &qp.data().data, &bind, &entries)?;
             let resp = bindings::rodp_xmw_bind_resp { total };
             // SAFETY: `attrs` is live; the attribute is the output of a

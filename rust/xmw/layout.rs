@@ -7,7 +7,7 @@
 //! (`O`), and resolving a nested window is the caller's next step.
 //!
 //! A bind checks a layout here ([`check`], [`needs`]); a remote access through a bound
-//! layout walks it piece by piece ([`piece`]).
+//! layout finds its first element ([`find`]) and steps from there ([`next`]).
 
 use kernel::prelude::*;
 
@@ -273,18 +273,34 @@ fn find_interleaved<O>(entries: &[Entry<O>], w: u64) -> Option<Spot> {
     None
 }
 
-/// The piece of a window access that starts at offset `w`: the entry, the object address and
-/// the bytes (at most `max`) up to the end of the element; what an access through the window
-/// does before it goes to the next piece.
-pub(crate) fn piece<O>(
-    kind: Kind,
-    entries: &[Entry<O>],
-    w: u64,
-    max: u64,
-) -> Option<(usize, u64, u64)> {
-    let s = find(kind, entries, w)?;
-    let e = &entries[s.entry];
-    Some((s.entry, e.addr(s.k) + s.b, (e.len - s.b).min(max)))
+/// The element that follows element `s.k` of entry `s.entry` in the window (`s.b` ignored),
+/// at its first byte; `None` after the last. Costs at most a pass over the entries, where
+/// [`find`] walks the layout from its start.
+pub(crate) fn next<O>(kind: Kind, entries: &[Entry<O>], s: Spot) -> Option<Spot> {
+    let at = |entry, k| Spot { entry, k, b: 0 };
+    let e = entries.get(s.entry)?;
+    match kind {
+        Kind::Composite => {
+            if s.k + 1 < e.elements()? {
+                return Some(at(s.entry, s.k + 1));
+            }
+            // Entries have at least one element.
+            (s.entry + 1 < entries.len()).then(|| at(s.entry + 1, 0))
+        }
+        Kind::Interleaved => {
+            let j = div(s.k, e.repeat);
+            // Still within this entry's share of cycle j.
+            if s.k + 1 < j * e.repeat + e.given(j) {
+                return Some(at(s.entry, s.k + 1));
+            }
+            // The next entry giving elements in cycle j, else the first in cycle j + 1.
+            if let Some(i) = (s.entry + 1..entries.len()).find(|&i| entries[i].given(j) > 0) {
+                return Some(at(i, j * entries[i].repeat));
+            }
+            let i = (0..entries.len()).find(|&i| entries[i].given(j + 1) > 0)?;
+            Some(at(i, (j + 1) * entries[i].repeat))
+        }
+    }
 }
 
 #[kunit_tests(rodp_xmw_layout)]
@@ -348,6 +364,15 @@ mod tests {
             }
         }
         Ok(out)
+    }
+
+    /// The piece of a window access that starts at offset `w`: the entry, the object address and
+    /// the bytes (at most `max`) up to the end of the element; what an access through the window
+    /// does before it goes to the next piece.
+    fn piece<O>(kind: Kind, entries: &[Entry<O>], w: u64, max: u64) -> Option<(usize, u64, u64)> {
+        let s = find(kind, entries, w)?;
+        let e = &entries[s.entry];
+        Some((s.entry, e.addr(s.k) + s.b, (e.len - s.b).min(max)))
     }
 
     fn at(kind: Kind, es: &[Entry<u8>], w: u64) -> Option<(u8, u64)> {
@@ -435,6 +460,8 @@ mod tests {
         assert_eq!(at(Kind::Interleaved, &es, 47), Some((2, tex + 11)));
         let short = [es[0], es[1], entry(2, tex, 1, 2, &[(1, 8)])];
         assert!(same_as_model(Kind::Interleaved, &short)?);
+        assert!(steps_like_find(Kind::Interleaved, &es));
+        assert!(steps_like_find(Kind::Interleaved, &short));
         assert_eq!(check(Kind::Interleaved, &short), Ok(44));
         assert_eq!(at(Kind::Interleaved, &short, 40), Some((0, pos + 17)));
         Ok(())
@@ -460,6 +487,24 @@ mod tests {
             let es = nr.map(|(n, r)| entry(0, 0, 1, r, &[(1, n)]));
             assert_eq!(needs(kind, &es), want);
         }
+    }
+
+    /// Whether stepping with [`next`] from offset 0 visits every element in window order, as
+    /// [`find`] locates each one's first byte, and ends after the last.
+    fn steps_like_find(kind: Kind, es: &[Entry<u8>]) -> bool {
+        let Ok(total) = check(kind, es) else {
+            return false;
+        };
+        let mut w = 0;
+        let mut s = find(kind, es, 0);
+        while let Some(cur) = s {
+            if find(kind, es, w) != Some(cur) {
+                return false;
+            }
+            w += es[cur.entry].len;
+            s = next(kind, es, cur);
+        }
+        w == total
     }
 
     #[test]
@@ -536,7 +581,7 @@ mod tests {
                 let e = entry(i as u8, r.next(4096), 1 + r.next(16), repeat, &dims);
                 es.push(e, GFP_KERNEL)?;
             }
-            if !same_as_model(kind, &es)? {
+            if !same_as_model(kind, &es)? || !steps_like_find(kind, &es) {
                 bad += 1;
             }
         }
