@@ -349,7 +349,7 @@ TEST_F(objs, a_bound_window_refuses_a_new_budget_until_it_is_unbound)
 	EXPECT_EQ(0, ibv_dealloc_mw(w2));
 }
 
-/* The library's callers are users: the query needs no privilege, raw or through it. */
+/* The library's callers are users: no call needs privilege, raw or through the library. */
 TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 {
 	int st;
@@ -357,12 +357,17 @@ TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 
 	ASSERT_LE(0, pid);
 	if (!pid) {
+		struct rodp_xmw_entry e = { 0 };
 		struct rodp_xmw_mw_caps lib;
 		struct rodp_xmw_caps caps;
 		struct ibv_context *ctx;
+		struct ibv_qp *qp;
+		struct ibv_cq *cq;
 		struct ibv_pd *pd;
 		struct ibv_mr *mr;
 		struct ibv_mw *mw;
+		uint64_t total = 0;
+		struct dev d;
 
 		if (become_nobody())
 			_exit(1);
@@ -380,7 +385,27 @@ TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 		if (!mr || rodp_xmw_grant_noncontig(mr))
 			_exit(5);
 		mw = rodp_xmw_alloc_mw_ex(pd, IBV_MW_TYPE_2, 2);
-		_exit(mw && !ibv_dealloc_mw(mw) && !ibv_dereg_mr(mr) ? 0 : 6);
+		if (!mw || ibv_dealloc_mw(mw))
+			_exit(6);
+		/* Nor does binding a layout of one's own memory; its rules hold for users too. */
+		d = (struct dev){ .ctx = ctx, .pd = pd };
+		cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+		qp = cq ? make_qp(&d, cq, cq, IBV_QPT_RC, NULL) : NULL;
+		mw = rodp_xmw_alloc_mw_ex(pd, IBV_MW_TYPE_1, 1);
+		if (!qp || !mw)
+			_exit(7);
+		e.key = mr->lkey;
+		e.start = (uintptr_t)&caps;
+		e.len = 8;
+		e.repeat_count = 1;
+		if (rodp_xmw_bind_layout(qp, mw, 0x1000, IBV_ACCESS_REMOTE_READ,
+					 RODP_XMW_KIND_COMPOSITE, &e, 1, &total) || total != 8)
+			_exit(8);
+		e.start += sizeof(caps);
+		if (rodp_xmw_bind_layout(qp, mw, 0x1000, IBV_ACCESS_REMOTE_READ,
+					 RODP_XMW_KIND_COMPOSITE, &e, 1, &total) != EINVAL)
+			_exit(9);
+		_exit(!ibv_dealloc_mw(mw) && !ibv_destroy_qp(qp) && !ibv_dereg_mr(mr) ? 0 : 10);
 	}
 	ASSERT_EQ(pid, waitpid(pid, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st));
