@@ -153,7 +153,7 @@ impl Tables {
 
     /// The window whose current key is `key`. (The window's own checks compare the key again
     /// under its lock: a bind may change it meanwhile.)
-    fn window(&self, key: u32) -> Option<Arc<MwShared>> {
+    pub(crate) fn window(&self, key: u32) -> Option<Arc<MwShared>> {
         if !is_window(key) {
             return None;
         }

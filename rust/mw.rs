@@ -219,6 +219,14 @@ impl Drop for Mw {
     }
 }
 
+/// The offset in `mr` of a layout piece of `n` bytes at its address `a`: the bind checked the
+/// entry's footprint against the MR's range; checked again for each piece, as cheaply.
+fn piece_offset(mr: &MrShared, a: u64, n: u64) -> Result<u64, Fault> {
+    a.checked_sub(mr.iova)
+        .filter(|o| o.checked_add(n).is_some_and(|x| x <= mr.length))
+        .ok_or(Fault::Range)
+}
+
 impl MwShared {
     /// The window's current key.
     pub(crate) fn key(&self) -> u32 {
@@ -380,12 +388,7 @@ impl MwShared {
                     let e = &entries[s.entry];
                     let n = (e.len - s.b).min(end - w);
                     let mr = &e.obj;
-                    // The bind checked the entry's footprint against the MR's range; checked
-                    // again here for each piece, as cheaply.
-                    let moff = (e.addr(s.k) + s.b)
-                        .checked_sub(mr.iova)
-                        .filter(|o| o.checked_add(n).is_some_and(|x| x <= mr.length))
-                        .ok_or(Fault::Range)?;
+                    let moff = piece_offset(mr, e.addr(s.k) + s.b, n)?;
                     pieces
                         .push(
                             (enter(mr)?, moff as usize, n as usize),
@@ -398,6 +401,58 @@ impl MwShared {
                 Ok(Reach::Pieces(pieces))
             }
         }
+    }
+
+    /// The ranges of a local access of `len` bytes at `addr` through this window's key `key`
+    /// (an SGE of a QP of PD `pd`, `Documentation/xmw.rst`, "Local SGEs"): only an extended
+    /// window's, bound under `key`; writing (`need` has `LOCAL_WRITE`) needs local write in
+    /// its rights. The MRs are returned unheld, for the caller to fault in outside the
+    /// window's lock and then enter; a range per element, [`xmw::MAX_PIECES`] at most.
+    pub(crate) fn local(
+        &self,
+        pd: u64,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<KVVec<(Arc<MrShared>, usize, usize)>, Fault> {
+        let st = self.state.lock();
+        let b = st.bound.as_ref().ok_or(Fault::Key)?;
+        let Target::Layout { kind, entries, .. } = &b.target else {
+            return Err(Fault::Key);
+        };
+        if st.key != key || self.pd != pd {
+            return Err(Fault::Key);
+        }
+        if need & access::LOCAL_WRITE != 0 && b.rights & access::LOCAL_WRITE == 0 {
+            return Err(Fault::Access);
+        }
+        let off = addr.checked_sub(b.base).ok_or(Fault::Range)?;
+        let end = match off.checked_add(len) {
+            Some(end) if end <= b.length() => end,
+            _ => return Err(Fault::Range),
+        };
+        let mut pieces = KVVec::new();
+        let mut w = off;
+        let mut spot = layout::find(*kind, entries, w);
+        while w < end {
+            if pieces.len() == xmw::MAX_PIECES {
+                return Err(Fault::Range);
+            }
+            let s = spot.ok_or(Fault::Range)?;
+            let e = &entries[s.entry];
+            let n = (e.len - s.b).min(end - w);
+            let moff = piece_offset(&e.obj, e.addr(s.k) + s.b, n)?;
+            pieces
+                .push(
+                    (e.obj.clone(), moff as usize, n as usize),
+                    GFP_KERNEL | __GFP_NOWARN,
+                )
+                .map_err(|_| Fault::Range)?;
+            w += n;
+            spot = layout::next(*kind, entries, s);
+        }
+        Ok(pieces)
     }
 
     /// Binds the layout `entries` of `kind` to this window, by call through `qp`, with the
@@ -423,7 +478,8 @@ impl MwShared {
         if x.access & access::ZERO_BASED != 0 {
             return Err(EINVAL);
         }
-        let rights = x.access & RIGHTS;
+        // A layout's key is also an lkey: local write is one of its rights.
+        let rights = x.access & (RIGHTS | access::LOCAL_WRITE);
         let writes =
             x.access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
         let budget = self.state.lock().descriptors as usize;

@@ -6,7 +6,7 @@
 use super::MAX_MSG;
 use crate::{
     ib::{abi::Sge, verbs::access, wq},
-    keys::Reach,
+    keys::{self, Reach},
     mr::{Fault, MrRef},
     odp::Faults,
     qp::QpShared,
@@ -102,6 +102,11 @@ pub(super) fn resolve(
 ) -> Result<usize, Fault> {
     let mut total: u64 = 0;
     for s in sges.iter().filter(|s| s.length > 0) {
+        if keys::is_window(s.lkey) {
+            total += u64::from(s.length);
+            window(qp, s, need, out, fault)?;
+            continue;
+        }
         let mr = qp.tables.mr(s.lkey).ok_or(Fault::Key)?;
         let off = mr.check(qp.pd, s.addr, s.length.into(), need)?;
         // ODP: the pages must exist (a hole or read-only memory is a local protection error).
@@ -127,6 +132,23 @@ pub(super) fn resolve(
         return Err(Fault::Range);
     }
     Ok(total as usize)
+}
+
+/// Resolves an SGE naming an extended window's key (`Documentation/xmw.rst`, "Local SGEs"):
+/// a range per element, each faulted in (with `fault`) outside the window's lock, then held.
+fn window(qp: &QpShared, s: &Sge, need: u32, out: &mut KVec<Seg>, fault: bool) -> Result<(), Fault> {
+    let w = qp.tables.window(s.lkey).ok_or(Fault::Key)?;
+    let pieces = w.local(qp.pd, s.lkey, s.addr, s.length.into(), need)?;
+    let write = need & access::LOCAL_WRITE != 0;
+    for (mr, off, len) in pieces {
+        if fault {
+            mr.touch(off, len, write).map_err(|_| Fault::Range)?;
+        }
+        let mr = mr.enter().ok_or(Fault::Key)?;
+        out.push(Seg { mr, off, len }, GFP_KERNEL)
+            .map_err(|_| Fault::Range)?;
+    }
+    Ok(())
 }
 
 /// Faults the ODP pages of `segs` in again (writable when `write`), on the requester's own
