@@ -715,6 +715,70 @@ TEST_F(objs, an_access_touches_at_most_4096_elements)
 	EXPECT_EQ(0, ibv_dealloc_mw(mw));
 }
 
+/* Mismatches between n bytes at b and the window bytes map[0..n) stands for. */
+static size_t mismatches(const unsigned char *b, const __u64 *map, size_t n)
+{
+	size_t bad = 0;
+
+	for (size_t i = 0; i < n; i++)
+		bad += b[i] != *(unsigned char *)(uintptr_t)map[i];
+	return bad;
+}
+
+/*
+ * Local SGEs through a layout's key: a SEND gathers the window's bytes in window order, a
+ * receive scatters into them; without local write among the window's rights, scattering is a
+ * local protection error.
+ */
+TEST_F(objs, a_layouts_key_works_in_local_sges)
+{
+	static __u64 map[MAXW];
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 4);
+	struct layout col = { RODP_XMW_KIND_COMPOSITE, 1,
+			      { ent(self->mr, (char *)self->mem + 8, 8, 1, 1,
+				    (const __u64[][2]){ { 512, 64 } }) } };
+	unsigned char *b0 = (unsigned char *)self->rc.buf[0];
+	size_t total = model(&col, map);
+	struct ibv_qp *q0 = self->rc.qp[0], *q1 = self->rc.qp[1];
+	struct ibv_cq *c0 = self->rc.cq[0], *c1 = self->rc.cq[1];
+	__u32 l0 = self->rc.mr[0]->lkey;
+	struct ibv_wc wc;
+
+	ASSERT_NE(NULL, mw);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS | IBV_ACCESS_LOCAL_WRITE, NULL));
+	fill(self->mem, LEN, 5);
+	/* Gather: QP 1 sends the column into QP 0's buffer. */
+	memset(b0, 0, total);
+	ASSERT_EQ(0, post_recv(q0, b0, total, l0, 1));
+	ASSERT_EQ(0, post_send(q1, IBV_WR_SEND, (void *)(uintptr_t)BASE, total, mw->rkey, 0, 0,
+			       0, 2));
+	ASSERT_EQ(1, poll1(c1, &wc, 30000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(1, poll1(c0, &wc, 30000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(0, mismatches(b0, map, total));
+	/* Scatter: QP 1 receives into the column. */
+	fill(b0, total, 6);
+	ASSERT_EQ(0, post_recv(q1, (void *)(uintptr_t)BASE, total, mw->rkey, 3));
+	ASSERT_EQ(0, post_send(q0, IBV_WR_SEND, b0, total, l0, 0, 0, 0, 4));
+	ASSERT_EQ(1, poll1(c0, &wc, 30000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(1, poll1(c1, &wc, 30000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(0, mismatches(b0, map, total));
+	/* Bound again without local write: the receive fails, the memory unchanged. */
+	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS, NULL));
+	fill(b0, total, 7);
+	ASSERT_EQ(0, post_recv(q1, (void *)(uintptr_t)BASE, total, mw->rkey, 5));
+	ASSERT_EQ(0, post_send(q0, IBV_WR_SEND, b0, total, l0, 0, 0, 0, 6));
+	ASSERT_EQ(1, poll1(c1, &wc, 30000));
+	EXPECT_EQ(IBV_WC_LOC_PROT_ERR, wc.status);
+	EXPECT_NE(0, mismatches(b0, map, total));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+}
+
 /* Each validity rule of xmw.rst's table that a bind by call can break, with its errno. */
 TEST_F(objs, every_rule_has_its_errno)
 {
