@@ -136,7 +136,13 @@ pub(super) fn resolve(
 
 /// Resolves an SGE naming an extended window's key (`Documentation/xmw.rst`, "Local SGEs"):
 /// a range per element, each faulted in (with `fault`) outside the window's lock, then held.
-fn window(qp: &QpShared, s: &Sge, need: u32, out: &mut KVec<Seg>, fault: bool) -> Result<(), Fault> {
+fn window(
+    qp: &QpShared,
+    s: &Sge,
+    need: u32,
+    out: &mut KVec<Seg>,
+    fault: bool,
+) -> Result<(), Fault> {
     let w = qp.tables.window(s.lkey).ok_or(Fault::Key)?;
     let pieces = w.local(qp.pd, s.lkey, s.addr, s.length.into(), need)?;
     let write = need & access::LOCAL_WRITE != 0;
