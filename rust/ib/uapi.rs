@@ -154,10 +154,10 @@ impl<T: Driver> Uapi<T> {
     unsafe extern "C" fn mr_grant_cb(attrs: *mut bindings::uverbs_attr_bundle) -> c_int {
         from_result(|| {
             let id = bindings::rodp_xmw_mr_grant_attrs_RODP_ATTR_MR_XMW_GRANT_HANDLE;
-            // SAFETY: `attrs` is live; uapi.c declares the attribute a mandatory handle of
-            // UVERBS_OBJECT_MR, which ib_core resolved in the caller's file on this device
-            // and holds for the call. User MRs of this device are made by `reg_user_mr_cb`
-            // (rodp offers no other kind to user space), so the driver data is set.
+            // ib_core resolved this mandatory UVERBS_OBJECT_MR handle (uapi.c) in the caller's
+            // file on this device and holds it for the call; user MRs of this device all come
+            // from `reg_user_mr_cb` (rodp offers no other kind), so the driver data is set.
+            // SAFETY: `attrs` is live for the call, and the attribute is that handle.
             let mr = unsafe {
                 let raw = bindings::uverbs_attr_get_obj(attrs, id as u16);
                 if raw.is_null() {
@@ -181,10 +181,10 @@ impl<T: Driver> Uapi<T> {
             let handle = bindings::rodp_xmw_mw_xinit_attrs_RODP_ATTR_MW_XINIT_HANDLE;
             let max = bindings::rodp_xmw_mw_xinit_attrs_RODP_ATTR_MW_XINIT_MAX_DESCRIPTORS;
             let mut n = 0u32;
-            // SAFETY: `attrs` is live; uapi.c declares `handle` a mandatory handle of
-            // UVERBS_OBJECT_MW, resolved by ib_core in the caller's file on this device and
-            // held for the call (windows are made by `alloc_mw_cb`, which sets the data), and
-            // `max` a mandatory input of exactly a `__u32`, which is what is copied.
+            // uapi.c declares `handle` a mandatory UVERBS_OBJECT_MW handle, which ib_core
+            // resolved in the caller's file on this device and holds for the call (windows
+            // come from `alloc_mw_cb`, which sets the data), and `max` a mandatory `__u32`.
+            // SAFETY: `attrs` is live for the call; exactly a `__u32` is copied into `n`.
             let mw = unsafe {
                 let raw = bindings::uverbs_attr_get_obj(attrs, handle as u16);
                 if raw.is_null() {
@@ -219,10 +219,10 @@ impl<T: Driver> Uapi<T> {
             let a_resp = bindings::rodp_xmw_mw_xbind_attrs_RODP_ATTR_MW_XBIND_RESP;
             type B = bindings::rodp_xmw_bind;
             let mut args = [0u8; size_of::<B>()];
-            // SAFETY: `attrs` is live; uapi.c declares the attribute a mandatory input of a
-            // `struct rodp_xmw_bind` (ib_core checked its length against the struct's and
-            // that any bytes past it are zero, so a longer, newer struct copies its known
-            // part), and `args` has room for the struct.
+            // uapi.c declares the attribute a mandatory `struct rodp_xmw_bind`; ib_core
+            // checked its length and that any bytes past the struct are zero, so a longer,
+            // newer struct copies its known part.
+            // SAFETY: `attrs` is live for the call; `args` has room for the struct.
             to_result(unsafe {
                 bindings::uverbs_copy_from_or_zero(
                     args.as_mut_ptr().cast(),
@@ -260,10 +260,10 @@ impl<T: Driver> Uapi<T> {
             for c in raw.chunks_exact(XEntry::SIZE) {
                 entries.push(XEntry::parse(c), flags)?;
             }
-            // SAFETY: `attrs` is live; uapi.c declares the two mandatory handles of
-            // UVERBS_OBJECT_MW and UVERBS_OBJECT_QP, resolved by ib_core in the caller's file
-            // on this device and held for the call; windows are made by `alloc_mw_cb` and
-            // QPs by `create_qp_cb`, which set the driver data.
+            // uapi.c declares mandatory UVERBS_OBJECT_MW and UVERBS_OBJECT_QP handles, which
+            // ib_core resolved in the caller's file on this device and holds for the call;
+            // windows come from `alloc_mw_cb` and QPs from `create_qp_cb`, which set the data.
+            // SAFETY: `attrs` is live for the call, and the attributes are those handles.
             let (mw, qp) = unsafe {
                 let mw = bindings::uverbs_attr_get_obj(attrs, a_mw);
                 let qp = bindings::uverbs_attr_get_obj(attrs, a_qp);
