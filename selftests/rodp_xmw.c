@@ -638,6 +638,18 @@ TEST_F_TIMEOUT(objs, random_layouts_match_the_model, 300)
 	}
 }
 
+/* QP 0's fetch-and-add of 2 at raddr through rkey, the old value into its buffer: the status. */
+static int fetch_add2(FIXTURE_DATA(objs) *self, __u64 raddr, __u32 rkey)
+{
+	struct ibv_wc wc;
+
+	if (post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, self->rc.buf[0],
+			self->rc.mr[0]->lkey, raddr, rkey, 2, 0) ||
+	    poll1(self->rc.cq[0], &wc, 30000) != 1)
+		return -1;
+	return wc.status;
+}
+
 /* Atomics: the 8 bytes in one element at an aligned memory address, else an invalid request. */
 TEST_F(objs, an_atomic_goes_to_one_element)
 {
@@ -646,36 +658,26 @@ TEST_F(objs, an_atomic_goes_to_one_element)
 	struct layout col = { RODP_XMW_KIND_COMPOSITE, 1,
 			      { ent(self->mr, (char *)self->mem + 8, 8, 1, 1,
 				    (const __u64[][2]){ { 512, 64 } }) } };
-	struct ibv_wc wc;
 
 	ASSERT_NE(NULL, mw);
 	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
 	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS, NULL));
 	*word = 40;
 	/* Window offset 8: element 1, memory offset 512 + 8. */
-	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, res,
-				 self->rc.mr[0]->lkey, BASE + 8, mw->rkey, 2, 0));
-	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 30000));
-	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(IBV_WC_SUCCESS, fetch_add2(self, BASE + 8, mw->rkey));
 	EXPECT_EQ(40, *res);
 	EXPECT_EQ(42, *word);
 	/* Elements of 4 bytes: an aligned window word spans two of them. */
 	col.e[0].len = 4;
 	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS, NULL));
-	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, res,
-				 self->rc.mr[0]->lkey, BASE + 8, mw->rkey, 2, 0));
-	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 30000));
-	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, wc.status);
+	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, fetch_add2(self, BASE + 8, mw->rkey));
 	EXPECT_EQ(42, *word);
 	ASSERT_EQ(0, rc_reset_pair(&self->rc));
 	/* One element, but at a misaligned memory address. */
 	col.e[0].len = 8;
 	col.e[0].start = (uintptr_t)self->mem + 4;
 	ASSERT_EQ(0, bind_layout(self, mw, &col, WIN_RIGHTS, NULL));
-	ASSERT_EQ(0, post_atomic(self->rc.qp[0], IBV_WR_ATOMIC_FETCH_AND_ADD, res,
-				 self->rc.mr[0]->lkey, BASE + 8, mw->rkey, 2, 0));
-	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 30000));
-	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, wc.status);
+	EXPECT_EQ(IBV_WC_REM_INV_REQ_ERR, fetch_add2(self, BASE + 8, mw->rkey));
 	ASSERT_EQ(0, rc_reset_pair(&self->rc));
 	EXPECT_EQ(0, ibv_dealloc_mw(mw));
 }
@@ -777,6 +779,45 @@ TEST_F(objs, a_layouts_key_works_in_local_sges)
 	EXPECT_NE(0, mismatches(b0, map, total));
 	ASSERT_EQ(0, rc_reset_pair(&self->rc));
 	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+}
+
+/*
+ * Layouts over ODP memory, explicit and implicit: the first WRITE and READ through the window
+ * fault in the touched elements' pages (one cell every other page), data exact.
+ */
+TEST_F(objs, a_layout_over_odp_memory_faults_what_it_touches)
+{
+	static __u64 map[MAXW];
+
+	for (int implicit = 0; implicit < 2; implicit++) {
+		char *odp = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+				 0);
+		int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND;
+		struct ibv_mr *mr = implicit ? ibv_reg_mr(self->d.pd, NULL, SIZE_MAX, acc) :
+				    ibv_reg_mr(self->d.pd, odp, LEN, acc);
+		struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 1);
+		struct layout l = { RODP_XMW_KIND_COMPOSITE, 1,
+				    { ent(mr, odp + 24, 8, 1, 1,
+					  (const __u64[][2]){ { 8192, LEN / 8192 } }) } };
+		size_t total = model(&l, map);
+
+		ASSERT_NE(MAP_FAILED, odp);
+		ASSERT_NE(NULL, mr);
+		ASSERT_NE(NULL, mw);
+		ASSERT_EQ(0, rodp_xmw_grant_noncontig(mr));
+		ASSERT_EQ(0, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+		fill(self->rc.buf[0], total, 9 + implicit);
+		EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, total, BASE,
+						  mw->rkey));
+		EXPECT_EQ(0, mismatches((unsigned char *)self->rc.buf[0], map, total));
+		memset(self->rc.buf[0], 0, total);
+		EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, total, BASE,
+						  mw->rkey));
+		EXPECT_EQ(0, mismatches((unsigned char *)self->rc.buf[0], map, total));
+		EXPECT_EQ(0, ibv_dealloc_mw(mw));
+		EXPECT_EQ(0, ibv_dereg_mr(mr));
+		munmap(odp, LEN);
+	}
 }
 
 /* Each validity rule of xmw.rst's table that a bind by call can break, with its errno. */

@@ -33,7 +33,8 @@ pub(crate) const SGE_SIZE: usize = size_of::<bindings::rxe_sge>();
 /// Size of a completion entry (`struct ib_uverbs_wc`).
 pub(crate) const CQE_SIZE: usize = size_of::<bindings::ib_uverbs_wc>();
 
-fn u32_at(b: &[u8], off: usize) -> u32 {
+/// The `u32` at `off` of `b` (0 past its end).
+pub(super) fn u32_at(b: &[u8], off: usize) -> u32 {
     let mut a = [0u8; 4];
     if let Some(s) = b.get(off..off + 4) {
         a.copy_from_slice(s);
@@ -41,7 +42,8 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
     u32::from_ne_bytes(a)
 }
 
-fn u64_at(b: &[u8], off: usize) -> u64 {
+/// The `u64` at `off` of `b` (0 past its end).
+pub(super) fn u64_at(b: &[u8], off: usize) -> u64 {
     let mut a = [0u8; 8];
     if let Some(s) = b.get(off..off + 8) {
         a.copy_from_slice(s);

@@ -8,6 +8,7 @@
 //! driver its objects.
 
 use super::{
+    abi::{u32_at, u64_at},
     device::{Driver, XmwCaps},
     object::{Mr, Mw, Qp},
 };
@@ -65,19 +66,6 @@ pub(crate) struct XEntry {
     pub(crate) repeat: u64,
     /// `(stride, count)`, dimension 0 innermost.
     pub(crate) dims: [(u64, u64); MAX_DIMS],
-}
-
-/// Reads the `u64` at `off` of `b` (in bounds: the offsets are the struct's own).
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[off..off + 8]);
-    u64::from_ne_bytes(x)
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[off..off + 4]);
-    u32::from_ne_bytes(x)
 }
 
 impl XEntry {
