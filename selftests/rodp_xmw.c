@@ -783,9 +783,9 @@ TEST_F(objs, a_layouts_key_works_in_local_sges)
 
 /*
  * Layouts over ODP memory, explicit and implicit: the first WRITE and READ through the window
- * fault in the touched elements' pages (one cell every other page), data exact.
+ * fault the elements' pages in (one cell every other page); the data is exact.
  */
-TEST_F(objs, a_layout_over_odp_memory_faults_what_it_touches)
+TEST_F(objs, a_layout_over_odp_memory_carries_its_data)
 {
 	static __u64 map[MAXW];
 
