@@ -20,6 +20,7 @@
 #include <rdma/ib_user_ioctl_verbs.h>
 #include <rodp-xmw-abi.h>
 #include <rodp-xmw.h>
+#include "rodp_xmw_model.h"
 
 /* One method call with one output attribute of len bytes at out; errno on failure. */
 static int call_out(struct ibv_context *ctx, __u16 object, __u16 method, __u32 driver,
@@ -420,75 +421,16 @@ TEST_F(xmw, an_unprivileged_user_gets_the_answer)
 #define BASE 0x5a0000000000ULL
 #define MAXW (16 * 1024)
 
-struct layout {
-	enum rodp_xmw_kind kind;
-	unsigned int n;
-	struct rodp_xmw_entry e[4];
-};
-
 /* An entry of mr's memory at start: len-byte elements, repeat per cycle, dims (stride, count). */
 static struct rodp_xmw_entry ent(struct ibv_mr *mr, const void *start, __u64 len, __u64 repeat,
 				 unsigned int ndims, const __u64 (*dims)[2])
 {
-	struct rodp_xmw_entry e = {
-		.key = mr->lkey, .ndims = ndims, .start = (uintptr_t)start, .len = len,
-		.repeat_count = repeat,
-	};
-
-	for (unsigned int i = 0; i < ndims; i++) {
-		e.dims[i].stride = dims[i][0];
-		e.dims[i].count = dims[i][1];
-	}
-	return e;
+	return xmw_ent(mr->lkey, (uintptr_t)start, len, repeat, ndims, dims);
 }
 
-static __u64 elements(const struct rodp_xmw_entry *e)
-{
-	__u64 n = 1;
-
-	for (unsigned int i = 0; i < e->ndims; i++)
-		n *= e->dims[i].count;
-	return n;
-}
-
-static __u64 element_at(const struct rodp_xmw_entry *e, __u64 k)
-{
-	__u64 a = e->start;
-
-	for (unsigned int i = 0; i < e->ndims; i++) {
-		a += e->dims[i].stride * (k % e->dims[i].count);
-		k /= e->dims[i].count;
-	}
-	return a;
-}
-
-/* The model: the address of each window byte in out[]; returns the window's length. */
 static size_t model(const struct layout *l, __u64 *out)
 {
-	__u64 next[4] = { 0 };
-	size_t w = 0;
-	int more = 1;
-
-	if (l->kind == RODP_XMW_KIND_COMPOSITE) {
-		for (unsigned int i = 0; i < l->n; i++)
-			for (__u64 k = 0; k < elements(&l->e[i]); k++)
-				for (__u64 b = 0; b < l->e[i].len && w < MAXW; b++)
-					out[w++] = element_at(&l->e[i], k) + b;
-		return w;
-	}
-	while (more) {
-		more = 0;
-		for (unsigned int i = 0; i < l->n; i++)
-			for (__u64 r = 0; r < l->e[i].repeat_count; r++) {
-				if (next[i] >= elements(&l->e[i]))
-					continue;
-				for (__u64 b = 0; b < l->e[i].len && w < MAXW; b++)
-					out[w++] = element_at(&l->e[i], next[i]) + b;
-				next[i]++;
-				more = 1;
-			}
-	}
-	return w;
+	return xmw_model(l, out, MAXW);
 }
 
 static int bind_layout(FIXTURE_DATA(objs) *self, struct ibv_mw *mw, const struct layout *l,

@@ -42,6 +42,17 @@
  * repeats it with new data. The QP's timeout is BIG_TIMEOUT: check2.sh runs it over a link whose
  * queue is shallower than one such message, where a requester that sends a message's packets
  * back to back loses its tail at every try.
+ *
+ * With -x on both sides, an extended memory window across the wire (Documentation/xmw.rst):
+ * the server (a rodp device) grants its MR non-contiguous binding and binds an INTERLEAVED
+ * layout to a type 1 window at XBASE: XA_N 12-byte elements from a 2-D grid (1 KiB and 8 KiB
+ * apart), two per cycle, with XB_N 8-byte elements 1 KiB apart, one per cycle (the grid runs
+ * out first, the rest are the second entry's alone). Its key and address go to the client,
+ * which knows nothing of layouts (rxe does as well as rodp): it WRITEs the whole window in one
+ * message, READs it back, adds 1 with FETCH_ADD at two window offsets that lie within one
+ * element each, and last tries a FETCH_ADD whose 8 bytes span two elements, which must end in
+ * IBV_WC_REM_INV_REQ_ERR. The server then compares its whole MR with the model of
+ * rodp_xmw_model.h: every written byte where the layout puts it, nothing else touched.
  */
 #include <getopt.h>
 #include <net/if.h>
@@ -49,6 +60,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include "rodp_verbs.h"
+#include <rodp-xmw.h>
+#include "rodp_xmw_model.h"
 
 #define PORT 18516
 #define LEN 65536
@@ -185,6 +198,133 @@ static int client(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv
 			bad = 1;
 		}
 	}
+	return bad;
+}
+
+/* -x: the window's layout (see the comment at the top) and where it lives. */
+#define XBASE 0x5a0000000000ULL
+#define XA_N 64
+#define XB_N 64
+#define XTOTAL (XA_N * 12 + XB_N * 8)
+/* FETCH_ADD at these window offsets: the first grid element's first 8 bytes, and the second
+ * entry's first element (after two grid elements, 24 bytes); XSPAN's 8 bytes span the first
+ * two grid elements. */
+#define XADD0 0
+#define XADD1 24
+#define XSPAN 8
+
+static struct layout xlayout(struct ibv_mr *mr, const uint8_t *buf)
+{
+	return (struct layout){ RODP_XMW_KIND_INTERLEAVED, 2, {
+		xmw_ent(mr->lkey, (uintptr_t)buf, 12, 2, 2,
+			(const __u64[][2]){ { 1024, 8 }, { 8192, XA_N / 8 } }),
+		xmw_ent(mr->lkey, (uintptr_t)buf + 512, 8, 1, 1,
+			(const __u64[][2]){ { 1024, XB_N } }) } };
+}
+
+/* The server's window over mr, bound through qp: its key in *rkey. */
+static struct ibv_mw *xbind(struct dev *d, struct ibv_qp *qp, struct ibv_mr *mr,
+			    const uint8_t *buf, uint32_t *rkey)
+{
+	struct layout l = xlayout(mr, buf);
+	struct ibv_mw *mw;
+	uint64_t total = 0;
+	int e;
+
+	if ((e = rodp_xmw_grant_noncontig(mr))) {
+		errno = e;
+		return NULL;
+	}
+	mw = rodp_xmw_alloc_mw_ex(d->pd, IBV_MW_TYPE_1, 2);
+	if (!mw)
+		return NULL;
+	e = rodp_xmw_bind_layout(qp, mw, XBASE, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+				 IBV_ACCESS_REMOTE_ATOMIC, l.kind, l.e, l.n, &total);
+	if (e || total != XTOTAL) {
+		fprintf(stderr, "wire_ops: bind layout: %s, total %llu\n", strerror(e),
+			(unsigned long long)total);
+		ibv_dealloc_mw(mw);
+		errno = e ? e : EINVAL;
+		return NULL;
+	}
+	*rkey = mw->rkey;
+	return mw;
+}
+
+/* The client's half of -x: see the comment at the top. buf holds 2 * XTOTAL + 16 bytes. */
+static int xclient(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv_mr *mr,
+		   const struct info *srv)
+{
+	uint64_t old[2];
+	struct ibv_wc wc;
+	int bad = 0;
+
+	fill(buf, XTOTAL, 77);
+	if (post_send(qp, IBV_WR_RDMA_WRITE, buf, XTOTAL, mr->lkey, srv->addr, srv->rkey, 0, 1))
+		return fail("post write");
+	bad |= wait_wc(cq, 1, IBV_WC_RDMA_WRITE, "write through the layout");
+	if (post_send(qp, IBV_WR_RDMA_READ, buf + XTOTAL, XTOTAL, mr->lkey, srv->addr, srv->rkey,
+		      0, 2))
+		return fail("post read");
+	bad |= wait_wc(cq, 2, IBV_WC_RDMA_READ, "read through the layout");
+	if (!bad && memcmp(buf, buf + XTOTAL, XTOTAL)) {
+		fprintf(stderr, "wire_ops: the layout's READ differs from its WRITE\n");
+		bad = 1;
+	}
+	for (int i = 0; i < 2 && !bad; i++) {
+		uint8_t *res = buf + 2 * XTOTAL + 8 * i;
+
+		if (post_atomic(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, res, mr->lkey,
+				srv->addr + (i ? XADD1 : XADD0), srv->rkey, 1, 0))
+			return fail("post fetch-add");
+		bad |= wait_wc(cq, 1, IBV_WC_FETCH_ADD, "fetch-add within an element");
+		memcpy(&old[i], buf + (i ? XADD1 : XADD0), 8);
+		if (!bad && memcmp(res, &old[i], 8)) {
+			fprintf(stderr, "wire_ops: fetch-add %d: not the written value\n", i);
+			bad = 1;
+		}
+	}
+	if (bad)
+		return 1;
+	if (post_atomic(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, buf + 2 * XTOTAL, mr->lkey,
+			srv->addr + XSPAN, srv->rkey, 1, 0))
+		return fail("post fetch-add");
+	if (poll1(cq, &wc, 30000) != 1 || wc.status != IBV_WC_REM_INV_REQ_ERR) {
+		fprintf(stderr, "wire_ops: fetch-add across two elements: status %s\n",
+			ibv_wc_status_str(wc.status));
+		return 1;
+	}
+	return 0;
+}
+
+/* The server's check after -x: the MR holds what the client's operations put through the
+ * layout, and nothing else changed. */
+static int xcheck(struct ibv_mr *mr, const uint8_t *buf, size_t len)
+{
+	static __u64 map[XTOTAL];
+	struct layout l = xlayout(mr, buf);
+	uint8_t *want = calloc(1, len), w[XTOTAL];
+	uint64_t v;
+	int bad;
+
+	if (!want || xmw_model(&l, map, XTOTAL) != XTOTAL)
+		return 1;
+	fill(w, XTOTAL, 77);
+	for (int off = XADD0; off <= XADD1; off += XADD1 - XADD0) {
+		memcpy(&v, w + off, 8);
+		v++;
+		memcpy(w + off, &v, 8);
+	}
+	for (size_t i = 0; i < XTOTAL; i++)
+		want[map[i] - (uintptr_t)buf] = w[i];
+	bad = memcmp(want, buf, len) != 0;
+	for (size_t i = 0; i < len && bad; i++)
+		if (want[i] != buf[i]) {
+			fprintf(stderr, "wire_ops: MR byte %zu is %#x, the layout says %#x\n", i,
+				buf[i], want[i]);
+			break;
+		}
+	free(want);
 	return bad;
 }
 
@@ -584,9 +724,11 @@ int main(int argc, char **argv)
 	struct dev d;
 	uint8_t *buf;
 	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0, streams = 0, rounds = 1, big = 0;
+	int xmw = 0;
+	struct ibv_mw *mw = NULL;
 	size_t len;
 
-	while ((c = getopt(argc, argv, "d:g:c:vmsbr:")) != -1) {
+	while ((c = getopt(argc, argv, "d:g:c:vmsbxr:")) != -1) {
 		if (c == 'd')
 			devname = optarg;
 		else if (c == 'g')
@@ -601,6 +743,8 @@ int main(int argc, char **argv)
 			streams = 1;
 		else if (c == 'b')
 			big = 1;
+		else if (c == 'x')
+			xmw = 1;
 		else if (c == 'r')
 			rounds = atoi(optarg);
 		else
@@ -632,13 +776,20 @@ int main(int argc, char **argv)
 	qp = make_qp_ex(&d, cq);
 	if (!qp)
 		return fail("create qp");
-	mr = ibv_reg_mr(d.pd, buf, len, ALL_ACCESS | ACCESS_FLUSH_GLOBAL);
+	mr = ibv_reg_mr(d.pd, buf, len, ALL_ACCESS | ACCESS_FLUSH_GLOBAL |
+			(xmw ? IBV_ACCESS_MW_BIND : 0));
 	if (!mr)
 		return fail("register MR");
 	if (streams)
 		fill(buf + PATTERN, PATTERN_LEN, host ? 1001 : 1000);
 	mine = (struct info){ .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)buf,
 			      .gid = d.gid };
+	if (xmw && !host) {
+		mw = xbind(&d, qp, mr, buf, &mine.rkey);
+		if (!mw)
+			return fail("bind the layout");
+		mine.addr = XBASE;
+	}
 	s = tcp(host);
 	if (s < 0 || xchg(s, &mine, &theirs))
 		return fail("exchange");
@@ -696,6 +847,22 @@ int main(int argc, char **argv)
 		       host ? "client" : "server", rounds, BIG_LEN, bad ? "FAILED" : "ok");
 		goto out;
 	}
+	if (xmw) {
+		char r = 0;
+
+		if (host) {
+			bad = xclient(qp, cq, buf, mr, &theirs);
+			if (write(s, bad ? "f" : "d", 1) != 1)
+				bad = fail("report");
+		} else if (read(s, &r, 1) != 1 || r != 'd') {
+			bad = fail("client failed");
+		} else {
+			bad = xcheck(mr, buf, len);
+		}
+		printf("wire_ops: %s: a %d-byte write, read and 3 fetch-adds through a layout "
+		       "window: %s\n", host ? "client" : "server", XTOTAL, bad ? "FAILED" : "ok");
+		goto out;
+	}
 	if (host) {
 		bad = client(qp, cq, buf, mr, &theirs);
 		if (write(s, bad ? "f" : "d", 1) != 1)
@@ -718,6 +885,8 @@ int main(int argc, char **argv)
 	       "server", WORDS, bad ? "FAILED" : "ok");
 out:
 	close(s);
+	if (mw)
+		ibv_dealloc_mw(mw);
 	ibv_destroy_qp(qp);
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);

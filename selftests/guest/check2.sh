@@ -475,7 +475,8 @@ cases() {
 	# and a retry), an SRQ shared by 16 QPs, RC over a VLAN (the GID table's entry decides,
 	# the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m: ibv_attach_mcast alone,
 	# the device makes its netdev join the IP group), READs of 64 KiB, atomics, ATOMIC WRITE
-	# and FLUSH. (rdma_cm's mckey is not here: its sender destroys its QP right after
+	# and FLUSH, an extended window's layout (wire_ops -x: rxe writes, reads and adds through
+	# it knowing nothing of layouts). (rdma_cm's mckey is not here: its sender destroys its QP right after
 	# posting, before a software device has sent its datagrams.)
 	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
@@ -490,6 +491,7 @@ cases() {
 	case2 "ib_atomic_lat" rodp rxe perf ib_atomic_lat -n 5
 	case2 "wire_ops" rodp rxe ops_role
 	case2 "wire_ops stream" rodp rxe ops_role -s
+	case2 "wire_ops layout" rodp rxe ops_role -x
 	case2 "ib_write_bw 64K" rodp rxe perf ib_write_bw -N -n 10 -s 65536
 	case2 "ib_read_bw 64K" rodp rxe perf ib_read_bw -N -n 10 -s 65536
 	case2 "ib_send_bw 64K" rodp rxe perf ib_send_bw -N -n 10 -s 65536
@@ -543,6 +545,7 @@ cases() {
 	case2 "ib_write_lat 8K" rodp rodp perf ib_write_lat -n 5 -s 8192
 	case2 "wire_ops" rodp rodp ops_role
 	case2 "wire_ops stream" rodp rodp ops_role -s
+	case2 "wire_ops layout" rodp rodp ops_role -x
 	case2 "ib_write_bw 64K" rodp rodp perf ib_write_bw -N -n 10 -s 65536
 	case2 "ib_read_bw 64K" rodp rodp perf ib_read_bw -N -n 10 -s 65536
 	case2 "ib_send_bw 64K" rodp rodp perf ib_send_bw -N -n 10 -s 65536
