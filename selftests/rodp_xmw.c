@@ -268,6 +268,24 @@ FIXTURE_TEARDOWN(objs)
 	sh(NULL, 0, "rdma link delete rodp0");
 }
 
+/* The worked example of xmw.rst (lib/xmw/examples/matrix_column.c, built through pkg-config
+ * as xmw_matrix_column beside this program) runs and says every cell is in place. */
+TEST_F(xmw, the_worked_example_runs)
+{
+	char path[4096], out[1024];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+
+	ASSERT_LT(0, n);
+	path[n] = 0;
+	strcpy(strrchr(path, '/') + 1, "xmw_matrix_column");
+	EXPECT_EQ(0, sh(out, sizeof(out), "%s rodp0 5", path)) TH_LOG("%s", out);
+	EXPECT_NE(NULL, strstr(out, "column 5 of a 64x64 matrix (a 512-byte window, cells 512 "
+				    "bytes apart) written and read in one operation each: ok"))
+		TH_LOG("%s", out);
+	/* A column out of range is the usage error, not a bind. */
+	EXPECT_EQ(2, sh(NULL, 0, "%s rodp0 64", path));
+}
+
 TEST_F(objs, a_grant_shows_and_lasts_through_re_registration)
 {
 	struct ibv_mr *odp;
