@@ -26,6 +26,8 @@
 #include <net/if.h>
 #include "rodp_verbs.h"
 #include "rodp_harness.h"
+#include <rodp-xmw.h>
+#include "rodp_xmw_model.h"
 
 #define ROCE_PORT 4791
 #define PEER_QPN 0x123
@@ -529,18 +531,26 @@ TEST_F(wire, duplicate_is_acknowledged_and_delivered_once)
 	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
 }
 
+/* A FETCH_ADD packet of k at psn to qpn, at va with rkey. */
+static void fetch_add_pkt(struct pkt *p, uint32_t qpn, uint32_t psn, uint64_t va, uint32_t rkey,
+			  uint64_t k)
+{
+	uint8_t h[28];
+
+	bth(p, FETCH_ADD, qpn, psn, 1);
+	put64(h, va);
+	put32(h + 8, rkey);
+	put64(h + 12, k);
+	put64(h + 20, 0);
+	add(p, h, 28);
+}
+
 /* A FETCH_ADD of k at psn to qpn on the fixture's MR at offset 64: its original value, or -1. */
 static int64_t fetch_add(struct _test_data_wire *self, uint32_t qpn, uint32_t psn, uint64_t k)
 {
 	struct pkt p, a;
-	uint8_t h[28];
 
-	bth(&p, FETCH_ADD, qpn, psn, 1);
-	put64(h, (uintptr_t)self->buf + 64);
-	put32(h + 8, self->mr->rkey);
-	put64(h + 12, k);
-	put64(h + 20, 0);
-	add(&p, h, 28);
+	fetch_add_pkt(&p, qpn, psn, (uintptr_t)self->buf + 64, self->mr->rkey, k);
 	if (send_pkt(&self->w, &p, PEER_IP, 0) || recv_pkt(&self->w, &a, 3000) <= 0 ||
 	    a.b[0] != ATOMIC_ACK || pkt_psn(&a) != psn)
 		return -1;
@@ -1525,6 +1535,142 @@ TEST_F(wire, hostile_requests_get_the_answer_the_spec_says)
 	ibv_dealloc_pd(pd2);
 	free(other_buf);
 	free(no_read_buf);
+}
+
+/*
+ * Requests at an extended window's key (Documentation/xmw.rst, "How operations use a
+ * window"), hand-made as a hostile peer would make them. The window, at XBASE, is a COMPOSITE
+ * of 128 elements of 12 bytes 64 bytes apart and 64 of 8 bytes 16 bytes apart: 2,048 bytes, two
+ * packets. A WRITE in two packets and a READ are served in window order. Refused with a NAK
+ * and the QP in error, nothing written: a WRITE longer than the window (at its first packet),
+ * one starting before it, a READ past its end, a key one generation off, the key of the
+ * deallocated window (remote access error); an atomic spanning two elements, and one in a
+ * single element at a misaligned memory address (invalid request). Atomics in one element at
+ * an aligned address are served.
+ */
+#define XBASE 0x5a0000000000ULL
+#define XTOTAL (128 * 12 + 64 * 8)
+
+static void reconnect(struct _test_data_wire *self, struct __test_metadata *_metadata)
+{
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	struct ibv_wc wc;
+
+	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
+	while (ibv_poll_cq(self->cq, 1, &wc) > 0)
+		;
+	ASSERT_EQ(0, connect_peer(self, wire_opts()));
+}
+
+/* A WRITE_FIRST or WRITE_ONLY (RETH for len) at psn with n bytes of data. */
+static void write_pkt(struct _test_data_wire *self, struct pkt *p, uint8_t op, uint32_t psn,
+		      uint64_t va, uint32_t rkey, uint32_t len, const uint8_t *data, size_t n)
+{
+	bth(p, op, self->qp->qp_num, psn, op != WRITE_FIRST);
+	reth(p, va, rkey, len);
+	add(p, data, n);
+}
+
+TEST_F(wire, hostile_requests_at_a_layout_window_get_naks_and_write_nothing)
+{
+	static __u64 map[XTOTAL];
+	static uint8_t before[BUF_LEN];
+	struct ibv_mr *mr = ibv_reg_mr(self->d.pd, self->buf, BUF_LEN,
+				       ALL_ACCESS | IBV_ACCESS_MW_BIND);
+	uint64_t va = (uintptr_t)self->buf, total = 0;
+	uint8_t data[XTOTAL];
+	struct layout l;
+	struct ibv_mw *mw;
+	struct pkt p, a;
+	uint32_t key;
+	const struct { const char *name; int read; uint64_t off; uint32_t len, key_delta; } bad[] = {
+		{ "WRITE longer than the window", 0, 0, XTOTAL + 1, 0 },
+		{ "WRITE starting before the window", 0, -1ULL, 16, 0 },
+		{ "READ past the window's end", 1, XTOTAL - 8, 16, 0 },
+		{ "WRITE with a key one generation off", 0, 0, 16, 1 },
+	};
+
+	ASSERT_NE(NULL, mr);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(mr));
+	mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 2);
+	ASSERT_NE(NULL, mw);
+	l = (struct layout){ RODP_XMW_KIND_COMPOSITE, 2, {
+		xmw_ent(mr->lkey, va, 12, 1, 1, (const __u64[][2]){ { 64, 128 } }),
+		xmw_ent(mr->lkey, va + 16384, 8, 1, 1, (const __u64[][2]){ { 16, 64 } }) } };
+	ASSERT_EQ(XTOTAL, xmw_model(&l, map, XTOTAL));
+	ASSERT_EQ(0, rodp_xmw_bind_layout(self->qp, mw, XBASE, IBV_ACCESS_REMOTE_READ |
+					  IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+					  l.kind, l.e, l.n, &total));
+	ASSERT_EQ(XTOTAL, total);
+	key = mw->rkey;
+	fill(self->buf, BUF_LEN, 8);
+	fill(data, XTOTAL, 9);
+
+	/* Served: a WRITE of the whole window in two packets, read back in two. */
+	write_pkt(self, &p, WRITE_FIRST, 0, XBASE, key, XTOTAL, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, WRITE_LAST, self->qp->qp_num, 1, 1);
+	add(&p, data + MTU, XTOTAL - MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 1);
+	for (size_t i = 0; i < XTOTAL; i++) {
+		ASSERT_EQ(data[i], *(uint8_t *)(uintptr_t)map[i]) TH_LOG("window byte %zu", i);
+	}
+	bth(&p, READ_REQ, self->qp->qp_num, 2, 1);
+	reth(&p, XBASE, key, XTOTAL);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	for (int i = 0; i < 2; i++) {
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+		EXPECT_EQ(i ? READ_RESP_LAST : READ_RESP_FIRST, a.b[0]);
+		EXPECT_EQ(0, memcmp(a.b + 16, data + i * MTU, MTU)) TH_LOG("%d", i);
+	}
+	/* Atomics in one element at aligned addresses: the first 12-byte element's first 8
+	 * bytes, the first 8-byte element. */
+	fetch_add_pkt(&p, self->qp->qp_num, 4, XBASE, key, 1);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
+	EXPECT_EQ(0, memcmp(a.b + 16, data, 8));
+	fetch_add_pkt(&p, self->qp->qp_num, 5, XBASE + 128 * 12, key, 1);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
+	EXPECT_EQ(0, memcmp(a.b + 16, data + 128 * 12, 8));
+
+	/* Refused, each on a fresh connection, with nothing written. */
+	memcpy(before, self->buf, BUF_LEN);
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		reconnect(self, _metadata);
+		if (bad[k].read) {
+			bth(&p, READ_REQ, self->qp->qp_num, 0, 1);
+			reth(&p, XBASE + bad[k].off, key + bad[k].key_delta, bad[k].len);
+		} else {
+			write_pkt(self, &p, bad[k].len > MTU ? WRITE_FIRST : WRITE_ONLY, 0,
+				  XBASE + bad[k].off, key + bad[k].key_delta, bad[k].len, data,
+				  bad[k].len > MTU ? MTU : bad[k].len);
+		}
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		EXPECT_ACK(&self->w, ACK, 0x62, 0);
+		EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp)) TH_LOG("%s", bad[k].name);
+		EXPECT_EQ(0, memcmp(before, self->buf, BUF_LEN)) TH_LOG("%s", bad[k].name);
+	}
+	/* Atomics: 8 bytes over two elements (window 8..16), and 8 bytes of one element at a
+	 * misaligned memory address (window 16..24 is element 1's bytes 4..12, at va + 68). */
+	for (int k = 0; k < 2; k++) {
+		reconnect(self, _metadata);
+		fetch_add_pkt(&p, self->qp->qp_num, 0, XBASE + 8 + 8 * k, key, 1);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		EXPECT_ACK(&self->w, ACK, 0x61, 0);
+		EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp)) TH_LOG("atomic %d", k);
+	}
+	/* The deallocated window's key reaches nothing. */
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+	reconnect(self, _metadata);
+	write_pkt(self, &p, WRITE_ONLY, 0, XBASE, key, 16, data, 16);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x62, 0);
+	EXPECT_EQ(0, memcmp(before, self->buf, BUF_LEN));
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
 }
 
 /*
