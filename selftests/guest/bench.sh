@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
-# `make bench`: perftest and bench_odp against kernel rxe, then against rodp, in this one guest
-# boot (never both loaded: see Documentation/rodp.rst), and the guest's memcpy bandwidth as the
-# ceiling.
+# `make bench`: perftest, bench_odp and bench_xmw against kernel rxe, then against rodp, in this
+# one guest boot (never both loaded: see Documentation/rodp.rst), and the guest's memcpy bandwidth
+# as the ceiling.
 # Bandwidth in MB/s (perftest's BW average), latency in usec (perftest's t_typical).
 . /mnt/rodp/lib.sh
 make_netdevs
@@ -28,17 +28,31 @@ measure() {
 	esac
 }
 
+# RODP_BENCH_PARTS limits the run to some of perftest, odp and xmw (default: all three).
+parts=" ${RODP_BENCH_PARTS:-perftest odp xmw} "
+has() { case $parts in *" $1 "*) return 0 ;; esac; return 1; }
+
 # run DRIVER: both devices of DRIVER on the veth pair; one line "prog:size value" per case.
 run() {
 	drv=$1
 	rdma link add ${drv}0 type $drv netdev veth0
 	rdma link add ${drv}1 type $drv netdev veth1
-	for c in $cases; do
-		echo "$c $(measure ${drv}0 ${drv}1 ${c%%:*} ${c##*:})"
-	done > "$res/bench.$drv"
+	if has perftest; then
+		for c in $cases; do
+			echo "$c $(measure ${drv}0 ${drv}1 ${c%%:*} ${c##*:})"
+		done > "$res/bench.$drv"
+	fi
 	# ODP: first touch, prefetch, ODP vs pinned vs implicit, invalidation (bench_odp.c).
-	timeout 1800 /mnt/rodp/tests/bench_odp ${drv}0 ${drv}1 ${RODP_BENCH_ODP_MB:-1024} \
-		> "$res/bench.odp.$drv" 2> "$res/bench.odp.$drv.err" || true
+	if has odp; then
+		timeout 1800 /mnt/rodp/tests/bench_odp ${drv}0 ${drv}1 ${RODP_BENCH_ODP_MB:-1024} \
+			> "$res/bench.odp.$drv" 2> "$res/bench.odp.$drv.err" || true
+	fi
+	# Extended memory windows: a matrix column and a 2-D tile moved by SGE lists, by packing,
+	# and through a layout window (bench_xmw.c; the last is rodp's alone).
+	if has xmw; then
+		timeout 600 /mnt/rodp/tests/bench_xmw ${drv}0 ${drv}1 \
+			> "$res/bench.xmw.$drv" 2> "$res/bench.xmw.$drv.err" || true
+	fi
 	rdma link delete ${drv}0
 	rdma link delete ${drv}1
 }
@@ -50,6 +64,8 @@ drivers=${RODP_BENCH_DRIVERS:-rxe rodp}
 : > "$res/bench.rodp"
 : > "$res/bench.odp.rxe"
 : > "$res/bench.odp.rodp"
+: > "$res/bench.xmw.rxe"
+: > "$res/bench.xmw.rodp"
 case $drivers in *rxe*) modprobe rdma_rxe && run rxe; rmmod rdma_rxe ;; esac
 case $drivers in *rodp*) modprobe rodp && run rodp; rmmod rodp ;; esac
 
@@ -84,3 +100,22 @@ awk '
 		printf "  ODP / pinned steady state %6s  (>= 0.95)\n", ratio(rodp["odp_MBps"], rodp["pinned_MBps"])
 		printf "  implicit / explicit       %6s  (>= 0.95)\n", ratio(rodp["implicit_MBps"], rodp["odp_MBps"])
 	}' "$res/bench.odp.rxe" "$res/bench.odp.rodp" | tee "$res/bench.odp.table"
+
+echo "== make bench: extended memory windows (usec per object moved by RDMA WRITE; lower is better)"
+awk '
+	FILENAME == ARGV[1] { rxe[$1] = $2; next }
+	{ rodp[$1] = $2; order[++n] = $1 }
+	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }
+	END {
+		printf "%-26s %12s %12s %9s\n", "figure", "rxe", "rodp", "rodp/rxe"
+		for (i = 1; i <= n; i++) {
+			k = order[i]
+			printf "%-26s %12s %12s %9s\n", k, rxe[k], rodp[k], ratio(rodp[k], rxe[k])
+		}
+		print "targets (rodp; a speed-up is the slower way'"'"'s time over the layout'"'"'s):"
+		split("column tile", o, " ")
+		for (j = 1; j <= 2; j++) {
+			printf "  %-6s layout vs SGE lists %6s  (>= 3)\n", o[j], ratio(rodp[o[j] "_sge_us"], rodp[o[j] "_layout_us"])
+			printf "  %-6s layout vs packing   %6s  (>= 1.2)\n", o[j], ratio(rodp[o[j] "_pack_us"], rodp[o[j] "_layout_us"])
+		}
+	}' "$res/bench.xmw.rxe" "$res/bench.xmw.rodp" | tee "$res/bench.xmw.table"
