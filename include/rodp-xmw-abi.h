@@ -6,8 +6,10 @@
  * driver_id RDMA_DRIVER_RXE; objects are named by the handles libibverbs keeps in ibv_pd,
  * ibv_mr, ibv_mw and ibv_qp. Shared by the kernel's method tables, bindgen and the library.
  *
- * Implemented: the query, the MR grant, the window's budget (XINIT) and the bind by call of a
- * layout to a type 1 window (XBIND).
+ * Implemented: the query, the MR grant, the window's budget (XINIT), and XBIND: the bind by
+ * call of a layout to a type 1 window, or the stage of a layout on a type 2 window, which the
+ * next bind work request for the window with the same new key, address, length (the
+ * layout's total) and access bits binds when the send queue reaches it.
  */
 #ifndef RODP_XMW_ABI_H
 #define RODP_XMW_ABI_H
@@ -36,7 +38,7 @@ enum rodp_xmw_mr_grant_attrs {
 	RODP_ATTR_MR_XMW_GRANT_HANDLE = RODP_XMW_ID(0),	/* the MR, read access */
 };
 
-/* On UVERBS_OBJECT_MW: makes a window extended, binds a layout by call. */
+/* On UVERBS_OBJECT_MW: makes a window extended, binds (type 1) or stages (type 2) a layout. */
 enum rodp_xmw_mw_methods {
 	RODP_METHOD_MW_XINIT = RODP_XMW_ID(0),
 	RODP_METHOD_MW_XBIND = RODP_XMW_ID(1),
@@ -97,7 +99,7 @@ struct rodp_xmw_entry {
 	struct rodp_xmw_dim dims[RODP_XMW_MAX_DIMS];	/* dimension 0 innermost */
 };
 
-/* A bind by call: the window's base address, rights (IBV_ACCESS_* of a window bind) and
+/* A layout bind: the window's base address, rights (IBV_ACCESS_* of a window bind) and
  * layout kind; the entries come in RODP_ATTR_MW_XBIND_ENTRIES. */
 struct rodp_xmw_bind {
 	__aligned_u64 addr;

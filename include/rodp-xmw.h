@@ -9,8 +9,9 @@
  *
  * What the library does: it asks a device what it binds (rodp_xmw_query_device), grants an MR
  * non-contiguous binding (rodp_xmw_grant_noncontig), allocates a window with a descriptor
- * budget (rodp_xmw_alloc_mw_ex) and binds a layout to a type 1 window by call
- * (rodp_xmw_bind_layout). A device reports only what works.
+ * budget (rodp_xmw_alloc_mw_ex), binds a layout to a type 1 window by call
+ * (rodp_xmw_bind_layout) and to a type 2 window through the send queue
+ * (rodp_xmw_post_bind_layout). A device reports only what works.
  */
 #ifndef RODP_XMW_H
 #define RODP_XMW_H
@@ -69,7 +70,8 @@ struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
 				    uint32_t max_descriptors);
 
 /*
- * Binds a layout to mw, a type 1 window from rodp_xmw_alloc_mw_ex, through qp (of the window's
+ * Binds a layout to mw, a type 1 window from rodp_xmw_alloc_mw_ex (EINVAL for a type 2 one),
+ * through qp (of the window's
  * PD; any QP of it may then use the window): num_entries entries (struct rodp_xmw_entry of
  * rodp-xmw-abi.h, each naming an MR granted non-contiguous binding by its lkey) of the layout
  * kind (RODP_XMW_KIND_COMPOSITE or RODP_XMW_KIND_INTERLEAVED), the window starting at addr
@@ -82,6 +84,25 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 			 unsigned int access, enum rodp_xmw_kind kind,
 			 const struct rodp_xmw_entry *entries, uint32_t num_entries,
 			 uint64_t *total);
+
+/*
+ * Posts a bind of a layout to mw, a type 2 window from rodp_xmw_alloc_mw_ex, on qp's send
+ * queue (the window then serves qp alone): the layout's arguments as for rodp_xmw_bind_layout,
+ * the work request's wr_id and send_flags (IBV_SEND_SIGNALED, IBV_SEND_FENCE) as for
+ * ibv_post_send. The layout is checked now (the errno values of rodp_xmw_bind_layout) and
+ * staged on the window; the bind work request posted after it binds it when the send queue
+ * reaches it, in order with the work requests before and after it, and completes with
+ * IBV_WC_BIND_MW, or with IBV_WC_MW_BIND_ERR when the window is not free then or an MR of the
+ * layout was deregistered, re-registered or is no longer of the window's PD. One thread at a
+ * time posts binds of one window. On success mw->rkey is the key the bind gives the window,
+ * and *total (if total is not NULL) its length; IBV_WR_LOCAL_INV of that key, a peer's
+ * IBV_WR_SEND_WITH_INV on qp and ibv_dealloc_mw end the binding. Returns 0 or an errno value
+ * (as rodp_xmw_bind_layout, or ibv_post_send's).
+ */
+int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id,
+			      unsigned int send_flags, uint64_t addr, unsigned int access,
+			      enum rodp_xmw_kind kind, const struct rodp_xmw_entry *entries,
+			      uint32_t num_entries, uint64_t *total);
 
 #ifdef __cplusplus
 }

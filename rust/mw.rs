@@ -40,7 +40,7 @@ use kernel::{
     alloc::KVVec,
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, MutexGuard},
 };
 
 pub(crate) use keys::MAX_MW;
@@ -107,6 +107,20 @@ struct State {
     descriptors: u32,
     /// Deallocated: never bound again.
     freed: bool,
+    /// A type 2B window's layout checked by `RODP_METHOD_MW_XBIND` and waiting for its bind
+    /// work request ([`MwShared::bind_staged`]); it holds no MR.
+    staged: Option<Shaped>,
+}
+
+/// A layout bind whose shape is checked: its entries still name their MRs by key.
+struct Shaped {
+    kind: Kind,
+    entries: KVec<Entry<u32>>,
+    total: u64,
+    /// The window's base address, the bind's access bits and the new key.
+    base: u64,
+    access: u32,
+    rkey: u32,
 }
 
 /// How an invalidation of a window arrives.
@@ -159,6 +173,7 @@ impl Mw {
                         bound: None,
                         descriptors: 0,
                         freed: false,
+                        staged: None,
                     }),
                     gate <- Gate::new(),
                 }),
@@ -179,7 +194,8 @@ impl Mw {
 }
 
 impl Mw {
-    /// Binds a layout by call through `qp` (see [`MwShared::bind_layout`]).
+    /// Binds a layout through `qp`, or stages it for a type 2B window's bind work request
+    /// (see [`MwShared::bind_layout`]).
     pub(crate) fn bind_layout(&self, qp: &QpShared, x: &XBind, entries: &[XEntry]) -> Result<u64> {
         self.shared.bind_layout(&self.tables, qp, x, entries)
     }
@@ -239,6 +255,11 @@ impl MwShared {
         // C10-72: the QP's PD is the window's.
         if self.pd != qp.pd || w.access & !BIND_ACCESS != 0 {
             return Err(());
+        }
+        if self.type2 {
+            if let Some(done) = self.bind_staged(tables, qp, w) {
+                return done;
+            }
         }
         let zero_based = w.access & access::ZERO_BASED != 0;
         // o10-36.2.2: type 1 windows are addressed by virtual address.
@@ -455,57 +476,56 @@ impl MwShared {
         Ok(pieces)
     }
 
-    /// Binds the layout `entries` of `kind` to this window, by call through `qp`, with the
-    /// base address, rights and new key of `x` (`Documentation/xmw.rst`, "Validity rules");
-    /// the MRs the entries name are looked up in `tables`. Returns the window's length.
-    pub(crate) fn bind_layout(
-        &self,
-        tables: &Tables,
-        qp: &QpShared,
-        x: &XBind,
-        given: &[XEntry],
-    ) -> Result<u64> {
+    /// Checks a layout bind's shape through `qp` (`Documentation/xmw.rst`, "Validity rules":
+    /// the kind, the access bits, the budget, the arithmetic, the capabilities): the entries
+    /// as given, still naming their objects by key.
+    fn shape(&self, qp: &QpShared, x: &XBind, given: &[XEntry]) -> Result<Shaped> {
         let kind = match x.kind {
             kind::COMPOSITE => Kind::Composite,
             kind::INTERLEAVED => Kind::Interleaved,
             _ => return Err(EINVAL),
         };
-        // C10-72, and only type 1 windows bind by call (type 2B ones through the send queue).
-        // Zero-based type 1 windows do not exist (o10-36.2.2).
-        if self.pd != qp.pd || self.type2 || x.access & !BIND_ACCESS != 0 {
+        // C10-72. Layout windows are addressed by their base: zero-based ones do not exist
+        // (for type 1 windows none do, o10-36.2.2).
+        if self.pd != qp.pd || x.access & !BIND_ACCESS != 0 || x.access & access::ZERO_BASED != 0 {
             return Err(EINVAL);
         }
-        if x.access & access::ZERO_BASED != 0 {
-            return Err(EINVAL);
-        }
-        // A layout's key is also an lkey: local write is one of its rights.
-        let rights = x.access & (RIGHTS | access::LOCAL_WRITE);
-        let writes =
-            x.access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
         let budget = self.state.lock().descriptors as usize;
         if given.is_empty() || given.len() > budget {
             return Err(EINVAL);
         }
-        // The shape and the arithmetic first, on the entries as given.
-        let mut shaped = KVec::with_capacity(given.len(), GFP_KERNEL_ACCOUNT)?;
+        let mut entries = KVec::with_capacity(given.len(), GFP_KERNEL_ACCOUNT)?;
         for g in given {
-            shaped.push(xmw::entry(g, g.key)?, GFP_KERNEL_ACCOUNT)?;
+            entries.push(xmw::entry(g, g.key)?, GFP_KERNEL_ACCOUNT)?;
         }
-        let total = layout::check(kind, &shaped).map_err(xmw::errno)?;
-        if xmw::caps().flags & xmw::needs_flag(layout::needs(kind, &shaped)) == 0 {
+        let total = layout::check(kind, &entries).map_err(xmw::errno)?;
+        if xmw::caps().flags & xmw::needs_flag(layout::needs(kind, &entries)) == 0 {
             return Err(EOPNOTSUPP);
         }
         if total > xmw::MAX_TOTAL {
             return Err(EINVAL);
         }
         x.addr.checked_add(total).ok_or(EOVERFLOW)?;
-        // Then the objects: each an MR of this PD granting non-contiguous binding, and the
-        // rights the window gives covered; the footprint inside the MR.
-        let mut entries = KVec::with_capacity(given.len(), GFP_KERNEL_ACCOUNT)?;
-        for e in shaped.iter() {
+        Ok(Shaped {
+            kind,
+            entries,
+            total,
+            base: x.addr,
+            access: x.access,
+            rkey: x.rkey,
+        })
+    }
+
+    /// The MRs a shaped layout names, looked up in `tables`: each an MR of this PD granting
+    /// non-contiguous binding, covering the rights the window gives, with the entry's
+    /// footprint inside it. No window may be named yet: a window in a layout is depth 2, over
+    /// the reported limit of 1 (an entry naming this window included).
+    fn objects(&self, tables: &Tables, l: &Shaped) -> Result<KVec<Entry<Arc<MrShared>>>> {
+        let writes =
+            l.access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
+        let mut entries = KVec::with_capacity(l.entries.len(), GFP_KERNEL_ACCOUNT)?;
+        for e in l.entries.iter() {
             if keys::is_window(e.obj) {
-                // No window may be named yet: a window in a layout is depth 2, over the
-                // reported limit of 1 (an entry naming this window included).
                 return Err(ELOOP);
             }
             let mr = tables.current(e.obj).ok_or(EINVAL)?;
@@ -526,17 +546,26 @@ impl MwShared {
             }
             entries.push(e.with(mr), GFP_KERNEL_ACCOUNT)?;
         }
-        let mut st = self.state.lock();
+        Ok(entries)
+    }
+
+    /// Binds the layout `l` over `entries` (its MRs) under the state lock `st` with the new
+    /// key `key`, for type 2B windows to `qp` alone: counts the window at each entry's MR
+    /// (refused, and undone, if one was deregistered or re-registered since the lookup) and
+    /// releases the old binding. `EINVAL` if the window was deallocated or its budget shrank.
+    fn install(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        tables: &Tables,
+        qp: &QpShared,
+        l: &Shaped,
+        entries: KVec<Entry<Arc<MrShared>>>,
+        key: u32,
+    ) -> Result {
         // The budget again: it may have changed while the window was free.
-        if st.freed || given.len() > st.descriptors as usize {
+        if st.freed || entries.len() > st.descriptors as usize {
             return Err(EINVAL);
         }
-        let byte = x.rkey & 0xff;
-        if byte == st.key & 0xff || x.rkey & !0xff != st.key & !0xff {
-            return Err(EINVAL);
-        }
-        // Count the window at each entry's MR; refused (and undone) if one was deregistered
-        // or re-registered since the lookup.
         for (n, e) in entries.iter().enumerate() {
             if !e.obj.add_window(tables) {
                 entries.iter().take(n).for_each(|e| e.obj.remove_window());
@@ -546,20 +575,84 @@ impl MwShared {
         let old = st.bound.take();
         st.bound = Some(Bound {
             target: Target::Layout {
-                kind,
+                kind: l.kind,
                 entries,
-                total,
+                total: l.total,
             },
-            base: x.addr,
-            rights,
+            base: l.base,
+            // A layout's key is also an lkey: local write is one of its rights.
+            rights: l.access & (RIGHTS | access::LOCAL_WRITE),
             zero_based: false,
-            qp: None,
+            qp: self.type2.then_some(qp.serial),
         });
-        st.key = x.rkey;
+        st.key = key;
         drop(st);
         if let Some(b) = old {
             b.release();
         }
+        Ok(())
+    }
+
+    /// Binds the layout `given` to this window through `qp` (`RODP_METHOD_MW_XBIND`), with
+    /// the base address, rights, kind and new key of `x`; the MRs the entries name are looked
+    /// up in `tables`. A type 1 window is bound by the call. A type 2B window is bound through
+    /// the send queue: the call checks the layout and stages it, and the next bind work
+    /// request for the window that carries the same new key, address, length (the layout's)
+    /// and rights binds it, in order with the work requests around it ([`MwShared::bind`]).
+    /// Returns the window's length.
+    pub(crate) fn bind_layout(
+        &self,
+        tables: &Tables,
+        qp: &QpShared,
+        x: &XBind,
+        given: &[XEntry],
+    ) -> Result<u64> {
+        let l = self.shape(qp, x, given)?;
+        let entries = self.objects(tables, &l)?;
+        let total = l.total;
+        let st = self.state.lock();
+        // The new key names this window, with another key byte: for type 1 now, for type 2B
+        // as the bind work request will find it (checked again then).
+        if x.rkey & !0xff != st.key & !0xff || (!self.type2 && x.rkey & 0xff == st.key & 0xff) {
+            return Err(EINVAL);
+        }
+        if self.type2 {
+            if st.freed {
+                return Err(EINVAL);
+            }
+            // The MRs are looked up again when the bind executes; a staged layout holds none.
+            drop(entries);
+            let mut st = st;
+            st.staged = Some(l);
+            return Ok(total);
+        }
+        self.install(st, tables, qp, &l, entries, x.rkey)?;
         Ok(total)
+    }
+
+    /// Executes the bind work request `w` of a type 2B window as the layout staged for it
+    /// (`st.staged`, taken if it matches `w`): `None` when none matches (an ordinary bind),
+    /// else whether the bind succeeded. The layout's MRs are looked up again: one
+    /// deregistered, re-registered or no longer granting since the stage fails the bind.
+    fn bind_staged(&self, tables: &Tables, qp: &QpShared, w: &BindWr) -> Option<Result<(), ()>> {
+        let l = {
+            let mut st = self.state.lock();
+            let s = st.staged.as_ref()?;
+            if s.rkey != w.rkey || s.base != w.addr || s.total != w.length || s.access != w.access {
+                return None;
+            }
+            st.staged.take()?
+        };
+        let Ok(entries) = self.objects(tables, &l) else {
+            return Some(Err(()));
+        };
+        let st = self.state.lock();
+        // o10-37.2.30 and the key rules of an ordinary bind.
+        if st.bound.is_some() || w.mw_rkey != st.key || w.rkey & 0xff == st.key & 0xff {
+            return Some(Err(()));
+        }
+        let key = (st.key & !0xff) | (w.rkey & 0xff);
+        let done = self.install(st, tables, qp, &l, entries, key);
+        Some(done.map_err(|_| ()))
     }
 }

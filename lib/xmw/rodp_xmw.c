@@ -135,13 +135,11 @@ struct ibv_mw *rodp_xmw_alloc_mw_ex(struct ibv_pd *pd, enum ibv_mw_type type,
 	return mw;
 }
 
-int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
-			 unsigned int access, enum rodp_xmw_kind kind,
-			 const struct rodp_xmw_entry *entries, uint32_t num_entries,
-			 uint64_t *total)
+/* The XBIND call: binds (type 1) or stages (type 2) the layout with the new key rkey. */
+static int xbind(struct ibv_qp *qp, struct ibv_mw *mw, uint32_t rkey, uint64_t addr,
+		 unsigned int access, enum rodp_xmw_kind kind,
+		 const struct rodp_xmw_entry *entries, uint32_t num_entries, uint64_t *total)
 {
-	/* The next key byte, as ibv_bind_mw gives a type 1 window. */
-	uint32_t rkey = (mw ? mw->rkey & ~0xffu : 0) | ((mw ? mw->rkey + 1 : 0) & 0xff);
 	struct rodp_xmw_bind args = {
 		.addr = addr,
 		.access = access,
@@ -172,8 +170,68 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 	err = call(mw->context, UVERBS_OBJECT_MW, RODP_METHOD_MW_XBIND, a, 5);
 	if (err)
 		return answer(mw->context, err);
+	*total = resp.total;
+	return 0;
+}
+
+/* The next key of mw: its index, the next key byte (ibv_inc_rkey). */
+static uint32_t next_rkey(const struct ibv_mw *mw)
+{
+	return (mw->rkey & ~0xffu) | ((mw->rkey + 1) & 0xff);
+}
+
+int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
+			 unsigned int access, enum rodp_xmw_kind kind,
+			 const struct rodp_xmw_entry *entries, uint32_t num_entries,
+			 uint64_t *total)
+{
+	uint64_t n = 0;
+	uint32_t rkey;
+	int err;
+
+	if (!mw || mw->type != IBV_MW_TYPE_1)
+		return EINVAL;
+	rkey = next_rkey(mw);
+	err = xbind(qp, mw, rkey, addr, access, kind, entries, num_entries, &n);
+	if (err)
+		return err;
 	mw->rkey = rkey;
 	if (total)
-		*total = resp.total;
+		*total = n;
+	return 0;
+}
+
+int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id,
+			      unsigned int send_flags, uint64_t addr, unsigned int access,
+			      enum rodp_xmw_kind kind, const struct rodp_xmw_entry *entries,
+			      uint32_t num_entries, uint64_t *total)
+{
+	/* The rxe provider reads only the key of the bind's MR: the layout's first. */
+	struct ibv_mr mr = { .context = qp ? qp->context : NULL, .pd = qp ? qp->pd : NULL };
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .opcode = IBV_WR_BIND_MW, .send_flags = send_flags,
+	}, *bad = NULL;
+	uint64_t n = 0;
+	uint32_t rkey;
+	int err;
+
+	if (!mw || mw->type != IBV_MW_TYPE_2 || !entries || !num_entries)
+		return EINVAL;
+	rkey = next_rkey(mw);
+	err = xbind(qp, mw, rkey, addr, access, kind, entries, num_entries, &n);
+	if (err)
+		return err;
+	mr.lkey = entries[0].key;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){
+		.mr = &mr, .addr = addr, .length = n, .mw_access_flags = access,
+	};
+	err = ibv_post_send(qp, &wr, &bad);
+	if (err)
+		return err;
+	mw->rkey = rkey;
+	if (total)
+		*total = n;
 	return 0;
 }

@@ -313,8 +313,9 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         Err(EOPNOTSUPP)
     }
 
-    /// Binds the layout `entries` to window `mw` through `qp` (`RODP_METHOD_MW_XBIND`, both
-    /// the caller's): returns the window's length.
+    /// Binds the layout `entries` to window `mw` through `qp`, or stages it for a type 2B
+    /// window's bind work request (`RODP_METHOD_MW_XBIND`, both the caller's): returns the
+    /// window's length.
     fn xmw_bind(_mw: &Self::Mw, _qp: &Self::Qp, _bind: &XBind, _entries: &[XEntry]) -> Result<u64> {
         Err(EOPNOTSUPP)
     }

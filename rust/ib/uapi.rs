@@ -46,8 +46,8 @@ pub(crate) mod cap {
 /// Most dimensions of one entry the ABI carries.
 pub(crate) const MAX_DIMS: usize = bindings::RODP_XMW_MAX_DIMS as usize;
 
-/// A layout bind by call (`struct rodp_xmw_bind`): the window's base address, rights, layout
-/// kind (`enum rodp_xmw_kind`) and new key.
+/// A layout bind, or a type 2B window's stage (`struct rodp_xmw_bind`): the window's base
+/// address, rights, layout kind (`enum rodp_xmw_kind`) and new key.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct XBind {
     pub(crate) addr: u64,
