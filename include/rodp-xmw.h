@@ -85,24 +85,35 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 			 const struct rodp_xmw_entry *entries, uint32_t num_entries,
 			 uint64_t *total);
 
+/* A bind of a layout through the send queue (rodp_xmw_post_bind_layout). */
+struct rodp_xmw_bind_wr {
+	uint64_t wr_id;				/* as ibv_send_wr's */
+	unsigned int send_flags;		/* IBV_SEND_SIGNALED, IBV_SEND_FENCE */
+	uint32_t rkey;				/* the window's key after the bind, as
+						 * IBV_WR_BIND_MW's: ibv_inc_rkey(mw->rkey) */
+	uint64_t addr;				/* the window's base address */
+	unsigned int access;			/* IBV_ACCESS_REMOTE_*, IBV_ACCESS_LOCAL_WRITE */
+	enum rodp_xmw_kind kind;
+	const struct rodp_xmw_entry *entries;
+	uint32_t num_entries;
+};
+
 /*
- * Posts a bind of a layout to mw, a type 2 window from rodp_xmw_alloc_mw_ex, on qp's send
- * queue (the window then serves qp alone): the layout's arguments as for rodp_xmw_bind_layout,
- * the work request's wr_id and send_flags (IBV_SEND_SIGNALED, IBV_SEND_FENCE) as for
- * ibv_post_send. The layout is checked now (the errno values of rodp_xmw_bind_layout) and
- * staged on the window; the bind work request posted after it binds it when the send queue
- * reaches it, in order with the work requests before and after it, and completes with
- * IBV_WC_BIND_MW, or with IBV_WC_MW_BIND_ERR when the window is not free then or an MR of the
- * layout was deregistered, re-registered or is no longer of the window's PD. One thread at a
- * time posts binds of one window. On success mw->rkey is the key the bind gives the window,
- * and *total (if total is not NULL) its length; IBV_WR_LOCAL_INV of that key, a peer's
- * IBV_WR_SEND_WITH_INV on qp and ibv_dealloc_mw end the binding. Returns 0 or an errno value
- * (as rodp_xmw_bind_layout, or ibv_post_send's).
+ * Posts a bind of the layout of bw to mw, a type 2 window from rodp_xmw_alloc_mw_ex, on qp's
+ * send queue; the window then serves qp alone. The layout is checked now (the errno values of
+ * rodp_xmw_bind_layout) and staged on the window; the bind work request posted after it binds
+ * it when the send queue reaches it, in order with the work requests before and after it, and
+ * completes (when signaled, or in error) with IBV_WC_BIND_MW, or with IBV_WC_MW_BIND_ERR when
+ * the window is not free then, bw->rkey does not change its key byte, or an MR of the layout
+ * was deregistered, re-registered or lost its grant since. As with IBV_WR_BIND_MW, the caller
+ * sets mw->rkey to bw->rkey once the bind completed. IBV_WR_LOCAL_INV of that key, a peer's
+ * IBV_WR_SEND_WITH_INV arriving on qp and ibv_dealloc_mw end the binding. One thread at a time
+ * posts binds of one window. Returns 0, with the window's length in *total (if total is not
+ * NULL), or an errno value: rodp_xmw_bind_layout's (EINVAL also for a type 1 window or a key
+ * of another window), or ibv_post_send's.
  */
-int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id,
-			      unsigned int send_flags, uint64_t addr, unsigned int access,
-			      enum rodp_xmw_kind kind, const struct rodp_xmw_entry *entries,
-			      uint32_t num_entries, uint64_t *total);
+int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw,
+			      const struct rodp_xmw_bind_wr *bw, uint64_t *total);
 
 #ifdef __cplusplus
 }

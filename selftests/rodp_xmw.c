@@ -781,6 +781,133 @@ TEST_F(objs, a_layout_over_odp_memory_carries_its_data)
 }
 
 /* Each validity rule of xmw.rst's table that a bind by call can break, with its errno. */
+/* Posts a bind of l to the type 2B window mw on QP q of the pair under key; the post's errno. */
+static int post_bind2(FIXTURE_DATA(objs) *self, int q, struct ibv_mw *mw, const struct layout *l,
+		      uint32_t key, uint64_t *total)
+{
+	struct rodp_xmw_bind_wr bw = {
+		.wr_id = 20 + q, .send_flags = IBV_SEND_SIGNALED, .rkey = key, .addr = BASE,
+		.access = WIN_RIGHTS, .kind = l->kind, .entries = l->e, .num_entries = l->n,
+	};
+
+	return rodp_xmw_post_bind_layout(self->rc.qp[q], mw, &bw, total);
+}
+
+/*
+ * A type 2B window binds a layout through the send queue: the bind completes in order with
+ * the work requests around it (a bind posted right behind the local invalidate that frees the
+ * window succeeds), and the window then carries data for the QP it was bound through alone.
+ * LOCAL_INV and a peer's SEND_WITH_INV end the binding (the MRs are let go: deregistration
+ * succeeds), and so does deallocation. A bind of a window that is not free, or that keeps its
+ * key byte, completes with IBV_WC_MW_BIND_ERR; a layout the rules refuse is refused by the
+ * call, with its errno, before anything is posted; each call refuses the other type.
+ */
+TEST_F(objs, a_type_2b_window_binds_a_layout_through_the_send_queue)
+{
+	static __u64 map[MAXW];
+	char *m = self->mem;
+	struct ibv_mr *hi = ibv_reg_mr(self->d.pd, m + LEN / 2, LEN / 2,
+				       ALL_ACCESS | IBV_ACCESS_MW_BIND);
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_2, 4);
+	struct ibv_mw *mw1 = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 4);
+	struct ibv_sge sge = { (uintptr_t)self->rc.buf[0], 16, self->rc.mr[0]->lkey };
+	struct ibv_send_wr inv = { .wr_id = 9, .opcode = IBV_WR_LOCAL_INV }, *bad;
+	struct ibv_send_wr sinv = { .wr_id = 3, .sg_list = &sge, .num_sge = 1,
+				    .opcode = IBV_WR_SEND_WITH_INV,
+				    .send_flags = IBV_SEND_SIGNALED };
+	enum ibv_wc_opcode op;
+	struct ibv_wc wc;
+	struct layout l;
+	uint64_t total = 0;
+	uint32_t key;
+	size_t n;
+
+	ASSERT_NE(NULL, hi);
+	ASSERT_NE(NULL, mw);
+	ASSERT_NE(NULL, mw1);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	l = (struct layout){ RODP_XMW_KIND_INTERLEAVED, 2, {
+		ent(self->mr, m + 8, 8, 1, 1, (const __u64[][2]){ { 512, 40 } }),
+		ent(hi, m + LEN / 2 + 4, 4, 2, 1, (const __u64[][2]){ { 48, 30 } }) } };
+	n = model(&l, map);
+	/* Refused by the call, nothing posted: an MR without the grant, the wrong types. */
+	EXPECT_EQ(EACCES, post_bind2(self, 1, mw, &l, next_key(mw->rkey), NULL));
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(hi));
+	EXPECT_EQ(EINVAL, post_bind2(self, 1, mw, &l, next_key(mw->rkey) ^ 0x100, NULL));
+	EXPECT_EQ(EINVAL, post_bind2(self, 1, mw1, &l, next_key(mw1->rkey), NULL));
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	EXPECT_EQ(0, poll1(self->rc.cq[1], &wc, 100));
+
+	/* Bound through QP 1, it serves QP 1: QP 0's accesses arrive there. */
+	key = next_key(mw->rkey);
+	ASSERT_EQ(0, post_bind2(self, 1, mw, &l, key, &total));
+	EXPECT_EQ(n, total);
+	ASSERT_EQ(IBV_WC_SUCCESS, complete1(self->rc.cq[1], &op));
+	EXPECT_EQ(IBV_WC_BIND_MW, op);
+	mw->rkey = key;
+	EXPECT_EQ(0, check_range(self, mw, map, 0, n, 3));
+	EXPECT_EQ(0, check_range(self, mw, map, 5, n - 9, 4));
+	EXPECT_EQ(EBUSY, ibv_dereg_mr(hi));
+	/* Bound, it takes no other bind, and keeps its binding. */
+	ASSERT_EQ(0, post_bind2(self, 1, mw, &l, next_key(key), NULL));
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, complete1(self->rc.cq[1], &op));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(0, check_range(self, mw, map, 0, n, 5));
+
+	/* A local invalidate and a bind behind it, posted together: done in order. */
+	inv.invalidate_rkey = key;
+	ASSERT_EQ(0, ibv_post_send(self->rc.qp[1], &inv, &bad));
+	key = next_key(key);
+	ASSERT_EQ(0, post_bind2(self, 1, mw, &l, key, NULL));
+	EXPECT_EQ(IBV_WC_SUCCESS, complete1(self->rc.cq[1], &op));
+	EXPECT_EQ(IBV_WC_BIND_MW, op);
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, BASE,
+						 mw->rkey)) TH_LOG("the invalidated key");
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	mw->rkey = key;
+	EXPECT_EQ(0, check_range(self, mw, map, 0, n, 6));
+
+	/* The peer's SEND_WITH_INV on QP 1 ends it; the MRs are free again. */
+	sinv.invalidate_rkey = key;
+	ASSERT_EQ(0, post_recv(self->rc.qp[1], self->rc.buf[1], 64, self->rc.mr[1]->lkey, 4));
+	ASSERT_EQ(0, ibv_post_send(self->rc.qp[0], &sinv, &bad));
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 20000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(1, poll1(self->rc.cq[1], &wc, 20000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_INV);
+	EXPECT_EQ(key, wc.invalidated_rkey);
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, BASE,
+						 mw->rkey)) TH_LOG("the key invalidated by the peer");
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+
+	/* Bound through QP 0, it serves QP 0 alone: QP 0's own accesses arrive at QP 1. */
+	key = next_key(key);
+	ASSERT_EQ(0, post_bind2(self, 0, mw, &l, key, NULL));
+	EXPECT_EQ(IBV_WC_SUCCESS, complete1(self->rc.cq[0], &op));
+	mw->rkey = key;
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, BASE,
+						 mw->rkey)) TH_LOG("another QP's window");
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	/* A bind that keeps the key byte is no bind. */
+	inv.invalidate_rkey = key;
+	inv.send_flags = IBV_SEND_SIGNALED;
+	ASSERT_EQ(0, ibv_post_send(self->rc.qp[0], &inv, &bad));
+	EXPECT_EQ(IBV_WC_SUCCESS, complete1(self->rc.cq[0], &op));
+	ASSERT_EQ(0, post_bind2(self, 0, mw, &l, key, NULL));
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, complete1(self->rc.cq[0], &op));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+
+	/* Deallocation ends a binding too. */
+	key = next_key(key);
+	ASSERT_EQ(0, post_bind2(self, 1, mw, &l, key, NULL));
+	EXPECT_EQ(IBV_WC_SUCCESS, complete1(self->rc.cq[1], &op));
+	EXPECT_EQ(EBUSY, ibv_dereg_mr(hi));
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+	EXPECT_EQ(0, ibv_dereg_mr(hi));
+	EXPECT_EQ(0, ibv_dealloc_mw(mw1));
+}
+
 TEST_F(objs, every_rule_has_its_errno)
 {
 	char *m = self->mem;

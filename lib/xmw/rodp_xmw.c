@@ -201,36 +201,32 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 	return 0;
 }
 
-int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id,
-			      unsigned int send_flags, uint64_t addr, unsigned int access,
-			      enum rodp_xmw_kind kind, const struct rodp_xmw_entry *entries,
-			      uint32_t num_entries, uint64_t *total)
+int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw,
+			      const struct rodp_xmw_bind_wr *bw, uint64_t *total)
 {
 	/* The rxe provider reads only the key of the bind's MR: the layout's first. */
 	struct ibv_mr mr = { .context = qp ? qp->context : NULL, .pd = qp ? qp->pd : NULL };
-	struct ibv_send_wr wr = {
-		.wr_id = wr_id, .opcode = IBV_WR_BIND_MW, .send_flags = send_flags,
-	}, *bad = NULL;
+	struct ibv_send_wr wr = { .opcode = IBV_WR_BIND_MW }, *bad = NULL;
 	uint64_t n = 0;
-	uint32_t rkey;
 	int err;
 
-	if (!mw || mw->type != IBV_MW_TYPE_2 || !entries || !num_entries)
+	if (!mw || mw->type != IBV_MW_TYPE_2 || !bw || !bw->entries || !bw->num_entries)
 		return EINVAL;
-	rkey = next_rkey(mw);
-	err = xbind(qp, mw, rkey, addr, access, kind, entries, num_entries, &n);
+	err = xbind(qp, mw, bw->rkey, bw->addr, bw->access, bw->kind, bw->entries,
+		    bw->num_entries, &n);
 	if (err)
 		return err;
-	mr.lkey = entries[0].key;
+	mr.lkey = bw->entries[0].key;
+	wr.wr_id = bw->wr_id;
+	wr.send_flags = bw->send_flags;
 	wr.bind_mw.mw = mw;
-	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.rkey = bw->rkey;
 	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){
-		.mr = &mr, .addr = addr, .length = n, .mw_access_flags = access,
+		.mr = &mr, .addr = bw->addr, .length = n, .mw_access_flags = bw->access,
 	};
 	err = ibv_post_send(qp, &wr, &bad);
 	if (err)
 		return err;
-	mw->rkey = rkey;
 	if (total)
 		*total = n;
 	return 0;
