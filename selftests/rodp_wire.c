@@ -1577,7 +1577,7 @@ TEST_F(wire, hostile_requests_at_a_layout_window_get_naks_and_write_nothing)
 	static uint8_t before[BUF_LEN];
 	struct ibv_mr *mr = ibv_reg_mr(self->d.pd, self->buf, BUF_LEN,
 				       ALL_ACCESS | IBV_ACCESS_MW_BIND);
-	uint64_t va = (uintptr_t)self->buf, total = 0;
+	uint64_t va = (uintptr_t)self->buf, total = 0, v;
 	uint8_t data[XTOTAL];
 	struct layout l;
 	struct ibv_mw *mw;
@@ -1625,17 +1625,19 @@ TEST_F(wire, hostile_requests_at_a_layout_window_get_naks_and_write_nothing)
 		EXPECT_EQ(0, memcmp(a.b + 16, data + i * MTU, MTU)) TH_LOG("%d", i);
 	}
 	/* Atomics in one element at aligned addresses: the first 12-byte element's first 8
-	 * bytes, the first 8-byte element. */
+	 * bytes, the first 8-byte element (the original value travels big-endian). */
 	fetch_add_pkt(&p, self->qp->qp_num, 4, XBASE, key, 1);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
 	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
 	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
-	EXPECT_EQ(0, memcmp(a.b + 16, data, 8));
+	memcpy(&v, data, 8);
+	EXPECT_EQ(v, get64(a.b + 16));
 	fetch_add_pkt(&p, self->qp->qp_num, 5, XBASE + 128 * 12, key, 1);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
 	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
 	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
-	EXPECT_EQ(0, memcmp(a.b + 16, data + 128 * 12, 8));
+	memcpy(&v, data + 128 * 12, 8);
+	EXPECT_EQ(v, get64(a.b + 16));
 
 	/* Refused, each on a fresh connection, with nothing written. */
 	memcpy(before, self->buf, BUF_LEN);
