@@ -101,14 +101,15 @@ struct rodp_xmw_bind_wr {
 /*
  * Posts a bind of the layout of bw to mw, a type 2 window from rodp_xmw_alloc_mw_ex, on qp's
  * send queue; the window then serves qp alone. The layout is checked now (the errno values of
- * rodp_xmw_bind_layout) and staged on the window; the bind work request posted after it binds
- * it when the send queue reaches it, in order with the work requests before and after it, and
- * completes (when signaled, or in error) with IBV_WC_BIND_MW, or with IBV_WC_MW_BIND_ERR when
- * the window is not free then, bw->rkey does not change its key byte, or an MR of the layout
- * was deregistered, re-registered or lost its grant since. As with IBV_WR_BIND_MW, the caller
- * sets mw->rkey to bw->rkey once the bind completed. IBV_WR_LOCAL_INV of that key, a peer's
- * IBV_WR_SEND_WITH_INV arriving on qp and ibv_dealloc_mw end the binding. One thread at a time
- * posts binds of one window. Returns 0, with the window's length in *total (if total is not
+ * rodp_xmw_bind_layout) and staged on the window; the bind work request posted after it (one
+ * that names the window itself as its MR) binds it when the send queue reaches it, in order
+ * with the work requests before and after it, and completes (when signaled, or in error) with
+ * IBV_WC_BIND_MW, or with IBV_WC_MW_BIND_ERR when the window is not free then, bw->rkey does
+ * not change its key byte, an MR of the layout was deregistered or re-registered since, or a
+ * later stage replaced this one: stage a window's next bind after its last one completed. As
+ * with IBV_WR_BIND_MW, the caller sets mw->rkey to bw->rkey once the bind completed.
+ * IBV_WR_LOCAL_INV of that key, a peer's IBV_WR_SEND_WITH_INV arriving on qp and
+ * ibv_dealloc_mw end the binding. Returns 0, with the window's length in *total (if total is not
  * NULL), or an errno value: rodp_xmw_bind_layout's (EINVAL also for a type 1 window or a key
  * of another window), or ibv_post_send's.
  */

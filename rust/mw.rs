@@ -121,6 +121,9 @@ struct Shaped {
     base: u64,
     access: u32,
     rkey: u32,
+    /// A staged layout's MRs as the stage found them ([`MrShared::serial`]): a bind fails if
+    /// one was re-registered since.
+    serials: KVec<u64>,
 }
 
 /// How an invalidation of a window arrives.
@@ -226,6 +229,7 @@ impl Drop for Mw {
         let old = {
             let mut st = self.shared.state.lock();
             st.freed = true;
+            st.staged = None;
             st.bound.take()
         };
         self.shared.gate.close();
@@ -256,10 +260,9 @@ impl MwShared {
         if self.pd != qp.pd || w.access & !BIND_ACCESS != 0 {
             return Err(());
         }
-        if self.type2 {
-            if let Some(done) = self.bind_staged(tables, qp, w) {
-                return done;
-            }
+        // A layout bind names the window itself where an ordinary bind names its MR.
+        if self.type2 && w.mr_lkey == w.mw_rkey {
+            return self.bind_staged(tables, qp, w);
         }
         let zero_based = w.access & access::ZERO_BASED != 0;
         // o10-36.2.2: type 1 windows are addressed by virtual address.
@@ -513,6 +516,7 @@ impl MwShared {
             base: x.addr,
             access: x.access,
             rkey: x.rkey,
+            serials: KVec::new(),
         })
     }
 
@@ -597,8 +601,9 @@ impl MwShared {
     /// the base address, rights, kind and new key of `x`; the MRs the entries name are looked
     /// up in `tables`. A type 1 window is bound by the call. A type 2B window is bound through
     /// the send queue: the call checks the layout and stages it, and the next bind work
-    /// request for the window that carries the same new key, address, length (the layout's)
-    /// and rights binds it, in order with the work requests around it ([`MwShared::bind`]).
+    /// request that names the window itself as its MR and carries the same new key, address,
+    /// length (the layout's) and rights binds it, in order with the work requests around it
+    /// ([`MwShared::bind`]).
     /// Returns the window's length.
     pub(crate) fn bind_layout(
         &self,
@@ -620,39 +625,53 @@ impl MwShared {
             if st.freed {
                 return Err(EINVAL);
             }
-            // The MRs are looked up again when the bind executes; a staged layout holds none.
+            drop(st);
+            // The MRs are looked up again when the bind executes; a staged layout holds none,
+            // only which registrations they were.
+            let mut l = l;
+            let mut serials = KVec::with_capacity(entries.len(), GFP_KERNEL_ACCOUNT)?;
+            for e in entries.iter() {
+                serials.push(e.obj.serial, GFP_KERNEL_ACCOUNT)?;
+            }
+            l.serials = serials;
             drop(entries);
-            let mut st = st;
-            st.staged = Some(l);
+            // A stage replaces one still waiting for its bind, which then fails.
+            self.state.lock().staged = Some(l);
             return Ok(total);
         }
         self.install(st, tables, qp, &l, entries, x.rkey)?;
         Ok(total)
     }
 
-    /// Executes the bind work request `w` of a type 2B window as the layout staged for it
-    /// (`st.staged`, taken if it matches `w`): `None` when none matches (an ordinary bind),
-    /// else whether the bind succeeded. The layout's MRs are looked up again: one
-    /// deregistered, re-registered or no longer granting since the stage fails the bind.
-    fn bind_staged(&self, tables: &Tables, qp: &QpShared, w: &BindWr) -> Option<Result<(), ()>> {
+    /// Executes the bind work request `w` of a type 2B window that names the window itself as
+    /// its MR: the bind of the layout staged for it (`st.staged`, taken if it carries `w`'s new
+    /// key, address, length and access bits; with none such the bind fails). The layout's MRs
+    /// are looked up again: one deregistered or re-registered since the stage fails the bind.
+    fn bind_staged(&self, tables: &Tables, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
         let l = {
             let mut st = self.state.lock();
-            let s = st.staged.as_ref()?;
+            let s = st.staged.as_ref().ok_or(())?;
             if s.rkey != w.rkey || s.base != w.addr || s.total != w.length || s.access != w.access {
-                return None;
+                return Err(());
             }
-            st.staged.take()?
+            st.staged.take().ok_or(())?
         };
-        let Ok(entries) = self.objects(tables, &l) else {
-            return Some(Err(()));
-        };
+        let entries = self.objects(tables, &l).map_err(|_| ())?;
+        if entries.len() != l.serials.len()
+            || entries
+                .iter()
+                .zip(l.serials.iter())
+                .any(|(e, s)| e.obj.serial != *s)
+        {
+            return Err(());
+        }
         let st = self.state.lock();
         // o10-37.2.30 and the key rules of an ordinary bind.
         if st.bound.is_some() || w.mw_rkey != st.key || w.rkey & 0xff == st.key & 0xff {
-            return Some(Err(()));
+            return Err(());
         }
         let key = (st.key & !0xff) | (w.rkey & 0xff);
-        let done = self.install(st, tables, qp, &l, entries, key);
-        Some(done.map_err(|_| ()))
+        self.install(st, tables, qp, &l, entries, key)
+            .map_err(|_| ())
     }
 }

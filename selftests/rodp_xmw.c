@@ -908,6 +908,106 @@ TEST_F(objs, a_type_2b_window_binds_a_layout_through_the_send_queue)
 	EXPECT_EQ(0, ibv_dealloc_mw(mw1));
 }
 
+/* XBIND raw, as the library calls it: on a type 2B window, the stage of l under key. */
+static int xbind_raw(struct ibv_qp *qp, struct ibv_mw *mw, const struct layout *l, __u32 key)
+{
+	struct rodp_xmw_bind args = { .addr = BASE, .access = WIN_RIGHTS, .kind = l->kind,
+				      .rkey = key };
+	struct rodp_xmw_bind_resp resp;
+	struct {
+		struct ib_uverbs_ioctl_hdr hdr;
+		struct ib_uverbs_attr attr[5];
+	} req = {
+		.hdr = { .length = sizeof(req), .object_id = UVERBS_OBJECT_MW,
+			 .method_id = RODP_METHOD_MW_XBIND, .num_attrs = 5,
+			 .driver_id = RDMA_DRIVER_RXE },
+		.attr = {
+			{ .attr_id = RODP_ATTR_MW_XBIND_HANDLE, .data = mw->handle },
+			{ .attr_id = RODP_ATTR_MW_XBIND_QP, .data = qp->handle },
+			{ .attr_id = RODP_ATTR_MW_XBIND_ARGS, .len = sizeof(args),
+			  .data = (uintptr_t)&args },
+			{ .attr_id = RODP_ATTR_MW_XBIND_ENTRIES, .len = l->n * sizeof(l->e[0]),
+			  .data = (uintptr_t)l->e },
+			{ .attr_id = RODP_ATTR_MW_XBIND_RESP, .len = sizeof(resp),
+			  .data = (uintptr_t)&resp },
+		},
+	};
+
+	return ioctl(mw->context->cmd_fd, RDMA_VERBS_IOCTL, &req) ? errno : 0;
+}
+
+/* A bind WR on QP 1 as the library posts it (the window itself as the MR) or, with mr, an
+ * ordinary bind of the MR's first total bytes; waits: the completion's status. */
+static int bind_wr(FIXTURE_DATA(objs) *self, struct ibv_mw *mw, struct ibv_mr *mr, __u32 key,
+		   uint64_t total)
+{
+	struct ibv_mr me = { .context = self->d.ctx, .pd = self->d.pd, .lkey = mw->rkey };
+	struct ibv_send_wr wr = { .wr_id = 30, .opcode = IBV_WR_BIND_MW,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	enum ibv_wc_opcode op;
+
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = key;
+	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){
+		.mr = mr ? mr : &me, .addr = mr ? (uintptr_t)mr->addr : BASE, .length = total,
+		.mw_access_flags = WIN_RIGHTS,
+	};
+	if (ibv_post_send(self->rc.qp[1], &wr, &bad))
+		return -1;
+	return complete1(self->rc.cq[1], &op);
+}
+
+/*
+ * A staged layout is bound only by a bind request naming the window itself, with its key,
+ * address, length and rights: one without a stage, one after a later stage replaced it, and
+ * one after an MR of the layout was re-registered complete with IBV_WC_MW_BIND_ERR; an
+ * ordinary bind of an MR never takes the stage.
+ */
+TEST_F(objs, a_staged_layout_is_bound_only_by_its_own_bind_request)
+{
+	static __u64 map[MAXW];
+	struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_2, 4);
+	struct layout l = { RODP_XMW_KIND_COMPOSITE, 1,
+			    { ent(self->mr, (char *)self->mem + 8, 8, 1, 1,
+				  (const __u64[][2]){ { 512, 32 } }) } };
+	size_t n = model(&l, map);
+	__u32 key;
+
+	ASSERT_NE(NULL, mw);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	/* No stage. */
+	key = next_key(mw->rkey);
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind_wr(self, mw, NULL, key, n));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	/* A later stage replaced it. */
+	ASSERT_EQ(0, xbind_raw(self->rc.qp[1], mw, &l, key));
+	ASSERT_EQ(0, xbind_raw(self->rc.qp[1], mw, &l, next_key(key)));
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind_wr(self, mw, NULL, key, n));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	/* An ordinary bind with the stage's values binds the MR's range, and leaves the stage. */
+	ASSERT_EQ(0, xbind_raw(self->rc.qp[1], mw, &l, key));
+	self->mr->addr = (void *)BASE;
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind_wr(self, mw, self->mr, key, n))
+		TH_LOG("the MR does not hold BASE: an ordinary bind fails");
+	self->mr->addr = self->mem;
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(IBV_WC_SUCCESS, bind_wr(self, mw, NULL, key, n)) TH_LOG("the stage stayed");
+	mw->rkey = key;
+	EXPECT_EQ(0, check_range(self, mw, map, 0, n, 9));
+	/* Re-registered between the stage and the bind. */
+	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->rc.qp[1], self->rc.cq[1], key));
+	key = next_key(key);
+	ASSERT_EQ(0, xbind_raw(self->rc.qp[1], mw, &l, key));
+	ASSERT_EQ(0, ibv_rereg_mr(self->mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  ALL_ACCESS | IBV_ACCESS_MW_BIND));
+	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind_wr(self, mw, NULL, key, n));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	/* Staged again after the re-registration, it binds. */
+	ASSERT_EQ(0, xbind_raw(self->rc.qp[1], mw, &l, key));
+	EXPECT_EQ(IBV_WC_SUCCESS, bind_wr(self, mw, NULL, key, n));
+	EXPECT_EQ(0, ibv_dealloc_mw(mw));
+}
+
 TEST_F(objs, every_rule_has_its_errno)
 {
 	char *m = self->mem;

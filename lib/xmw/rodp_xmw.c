@@ -204,7 +204,8 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw,
 			      const struct rodp_xmw_bind_wr *bw, uint64_t *total)
 {
-	/* The rxe provider reads only the key of the bind's MR: the layout's first. */
+	/* The rxe provider reads only the key of the bind's MR: a layout bind names the window
+	 * itself there (the kernel binds the staged layout only for such a request). */
 	struct ibv_mr mr = { .context = qp ? qp->context : NULL, .pd = qp ? qp->pd : NULL };
 	struct ibv_send_wr wr = { .opcode = IBV_WR_BIND_MW }, *bad = NULL;
 	uint64_t n = 0;
@@ -216,7 +217,7 @@ int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw,
 		    bw->num_entries, &n);
 	if (err)
 		return err;
-	mr.lkey = bw->entries[0].key;
+	mr.lkey = mw->rkey;
 	wr.wr_id = bw->wr_id;
 	wr.send_flags = bw->send_flags;
 	wr.bind_mw.mw = mw;
