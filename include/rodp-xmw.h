@@ -87,6 +87,7 @@ int rodp_xmw_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t addr,
 
 /* A bind of a layout through the send queue (rodp_xmw_post_bind_layout). */
 struct rodp_xmw_bind_wr {
+	uint32_t comp_mask;			/* 0: no fields beyond these yet */
 	uint64_t wr_id;				/* as ibv_send_wr's */
 	unsigned int send_flags;		/* IBV_SEND_SIGNALED, IBV_SEND_FENCE */
 	uint32_t rkey;				/* the window's key after the bind, as
@@ -110,8 +111,8 @@ struct rodp_xmw_bind_wr {
  * with IBV_WR_BIND_MW, the caller sets mw->rkey to bw->rkey once the bind completed.
  * IBV_WR_LOCAL_INV of that key, a peer's IBV_WR_SEND_WITH_INV arriving on qp and
  * ibv_dealloc_mw end the binding. Returns 0, with the window's length in *total (if total is not
- * NULL), or an errno value: rodp_xmw_bind_layout's (EINVAL also for a type 1 window or a key
- * of another window), or ibv_post_send's.
+ * NULL), or an errno value: rodp_xmw_bind_layout's (EINVAL also for a type 1 window, a key
+ * of another window or a comp_mask other than 0), or ibv_post_send's.
  */
 int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw,
 			      const struct rodp_xmw_bind_wr *bw, uint64_t *total);

@@ -815,6 +815,7 @@ TEST_F(objs, a_type_2b_window_binds_a_layout_through_the_send_queue)
 	struct ibv_send_wr sinv = { .wr_id = 3, .sg_list = &sge, .num_sge = 1,
 				    .opcode = IBV_WR_SEND_WITH_INV,
 				    .send_flags = IBV_SEND_SIGNALED };
+	struct rodp_xmw_bind_wr bw;
 	enum ibv_wc_opcode op;
 	struct ibv_wc wc;
 	struct layout l;
@@ -836,6 +837,10 @@ TEST_F(objs, a_type_2b_window_binds_a_layout_through_the_send_queue)
 	EXPECT_EQ(EINVAL, post_bind2(self, 1, mw, &l, next_key(mw->rkey) ^ 0x100, NULL));
 	EXPECT_EQ(EINVAL, post_bind2(self, 1, mw1, &l, next_key(mw1->rkey), NULL));
 	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	bw = (struct rodp_xmw_bind_wr){ .comp_mask = 1, .rkey = next_key(mw->rkey), .addr = BASE,
+					.access = WIN_RIGHTS, .kind = l.kind, .entries = l.e,
+					.num_entries = l.n };
+	EXPECT_EQ(EINVAL, rodp_xmw_post_bind_layout(self->rc.qp[1], mw, &bw, NULL));
 	EXPECT_EQ(0, poll1(self->rc.cq[1], &wc, 100));
 
 	/* Bound through QP 1, it serves QP 1: QP 0's accesses arrive there. */

@@ -211,7 +211,8 @@ int rodp_xmw_post_bind_layout(struct ibv_qp *qp, struct ibv_mw *mw,
 	uint64_t n = 0;
 	int err;
 
-	if (!mw || mw->type != IBV_MW_TYPE_2 || !bw || !bw->entries || !bw->num_entries)
+	if (!mw || mw->type != IBV_MW_TYPE_2 || !bw || bw->comp_mask || !bw->entries ||
+	    !bw->num_entries)
 		return EINVAL;
 	err = xbind(qp, mw, bw->rkey, bw->addr, bw->access, bw->kind, bw->entries,
 		    bw->num_entries, &n);
