@@ -976,7 +976,7 @@ TEST_F(objs, a_staged_layout_is_bound_only_by_its_own_bind_request)
 			    { ent(self->mr, (char *)self->mem + 8, 8, 1, 1,
 				  (const __u64[][2]){ { 512, 32 } }) } };
 	size_t n = model(&l, map);
-	__u32 key;
+	__u32 key, lkey = 0;
 
 	ASSERT_NE(NULL, mw);
 	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
@@ -1003,8 +1003,9 @@ TEST_F(objs, a_staged_layout_is_bound_only_by_its_own_bind_request)
 	ASSERT_EQ(IBV_WC_SUCCESS, local_inv(self->rc.qp[1], self->rc.cq[1], key));
 	key = next_key(key);
 	ASSERT_EQ(0, xbind_raw(self->rc.qp[1], mw, &l, key));
-	ASSERT_EQ(0, ibv_rereg_mr(self->mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
-				  ALL_ACCESS | IBV_ACCESS_MW_BIND));
+	ASSERT_EQ(0, rereg_cmd(self->d.ctx, self->mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, 0, 0,
+			       NULL, ALL_ACCESS | IBV_ACCESS_MW_BIND, &lkey, NULL));
+	ASSERT_EQ(self->mr->lkey, lkey) TH_LOG("re-registration keeps the key");
 	EXPECT_EQ(IBV_WC_MW_BIND_ERR, bind_wr(self, mw, NULL, key, n));
 	ASSERT_EQ(0, rc_reset_pair(&self->rc));
 	/* Staged again after the re-registration, it binds. */
