@@ -942,24 +942,14 @@ static int xbind_raw(struct ibv_qp *qp, struct ibv_mw *mw, const struct layout *
 }
 
 /* A bind WR on QP 1 as the library posts it (the window itself as the MR) or, with mr, an
- * ordinary bind of the MR's first total bytes; waits: the completion's status. */
+ * ordinary bind of the MR's first total bytes (rodp_mw.h's bind2); waits: its status. */
 static int bind_wr(FIXTURE_DATA(objs) *self, struct ibv_mw *mw, struct ibv_mr *mr, __u32 key,
 		   uint64_t total)
 {
 	struct ibv_mr me = { .context = self->d.ctx, .pd = self->d.pd, .lkey = mw->rkey };
-	struct ibv_send_wr wr = { .wr_id = 30, .opcode = IBV_WR_BIND_MW,
-				  .send_flags = IBV_SEND_SIGNALED }, *bad;
-	enum ibv_wc_opcode op;
 
-	wr.bind_mw.mw = mw;
-	wr.bind_mw.rkey = key;
-	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){
-		.mr = mr ? mr : &me, .addr = mr ? (uintptr_t)mr->addr : BASE, .length = total,
-		.mw_access_flags = WIN_RIGHTS,
-	};
-	if (ibv_post_send(self->rc.qp[1], &wr, &bad))
-		return -1;
-	return complete1(self->rc.cq[1], &op);
+	return bind2(self->rc.qp[1], self->rc.cq[1], mw, key, mr ? mr : &me,
+		     mr ? (uintptr_t)mr->addr : BASE, total, WIN_RIGHTS);
 }
 
 /*

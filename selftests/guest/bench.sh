@@ -82,17 +82,24 @@ awk -v memcpy="$memcpy" '
 printf "%-14s %8s %5s %12s %12s %8s %10s\n" test bytes unit rxe rodp rodp/rxe "of memcpy"
 cat "$res/bench.table"
 
-echo "== make bench: ODP, rodp vs rxe (${RODP_BENCH_ODP_MB:-1024} MiB first-touch range)"
-awk '
+# Both drivers' figures ("name value" lines of FILE.rxe and FILE.rodp) and rodp/rxe, for an
+# awk program whose END block calls figures() and then prints its targets.
+figures='
 	FILENAME == ARGV[1] { rxe[$1] = $2; next }
 	{ rodp[$1] = $2; order[++n] = $1 }
 	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }
-	END {
+	function figures(   i, k) {
 		printf "%-26s %12s %12s %9s\n", "figure", "rxe", "rodp", "rodp/rxe"
 		for (i = 1; i <= n; i++) {
 			k = order[i]
 			printf "%-26s %12s %12s %9s\n", k, rxe[k], rodp[k], ratio(rodp[k], rxe[k])
 		}
+	}'
+
+echo "== make bench: ODP, rodp vs rxe (${RODP_BENCH_ODP_MB:-1024} MiB first-touch range)"
+awk "$figures"'
+	END {
+		figures()
 		print "targets (rodp):"
 		printf "  first touch vs rxe        %6s  (>= 2)\n", ratio(rodp["first_touch_pages_per_s"], rxe["first_touch_pages_per_s"])
 		printf "  prefetch speeds first xfer %5s  (>= 5; 16 MiB)\n", ratio(rodp["first_xfer_us"], rodp["first_xfer_prefetched_us"])
@@ -102,16 +109,9 @@ awk '
 	}' "$res/bench.odp.rxe" "$res/bench.odp.rodp" | tee "$res/bench.odp.table"
 
 echo "== make bench: extended memory windows (usec per object moved by RDMA WRITE; lower is better)"
-awk '
-	FILENAME == ARGV[1] { rxe[$1] = $2; next }
-	{ rodp[$1] = $2; order[++n] = $1 }
-	function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }
+awk "$figures"'
 	END {
-		printf "%-26s %12s %12s %9s\n", "figure", "rxe", "rodp", "rodp/rxe"
-		for (i = 1; i <= n; i++) {
-			k = order[i]
-			printf "%-26s %12s %12s %9s\n", k, rxe[k], rodp[k], ratio(rodp[k], rxe[k])
-		}
+		figures()
 		print "targets (rodp; a speed-up is the slower way'"'"'s time over the layout'"'"'s):"
 		split("column tile", o, " ")
 		for (j = 1; j <= 2; j++) {
