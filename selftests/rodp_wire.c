@@ -894,6 +894,45 @@ TEST_F(wire, requester_without_answer_retries_and_fails)
 }
 
 /*
+ * Retries in a row without an answer back off: the timer runs the QP's timeout T before the
+ * first retry, 2T before the second, 4T (IBTA's upper bound for the transport timer) before
+ * each after that, so that a peer slow to answer is not flooded by every QP's retransmissions.
+ * With timeout 14 (67 ms) and retry_cnt 3 the transmissions leave no sooner than T, 3T and 7T
+ * after the post, RETRY_EXC_ERR no sooner than 11T (a fixed timer: T, 2T, 3T and 4T), and no
+ * later than four times each (with a second of slack for the emulated guest).
+ */
+TEST_F(wire, retries_in_a_row_back_off_up_to_four_times_the_timeout)
+{
+	static const long at[] = { 0, 1, 3, 7, 11 };
+	struct rc_opts o = *wire_opts();
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	const long t = 67;
+	struct ibv_wc wc;
+	struct pkt a;
+	long t0, el;
+
+	o.timeout = 14;
+	o.retry_cnt = 3;
+	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
+	ASSERT_EQ(0, connect_peer(self, &o));
+	t0 = now_ms();
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_WRITE, self->buf, 16, self->mr->lkey, 0x1000,
+			       0x55, 0, 3));
+	for (int i = 0; i < 4; i++) {
+		EXPECT_REQ(&self->w, &a, WRITE_ONLY, 0);
+		el = now_ms() - t0;
+		EXPECT_LE(at[i] * t, el) TH_LOG("transmission %d after %ld ms", i, el);
+		EXPECT_GE(4 * at[i] * t + 1000, el) TH_LOG("transmission %d after %ld ms", i, el);
+	}
+	ASSERT_EQ(1, poll1(self->cq, &wc, 5000));
+	el = now_ms() - t0;
+	EXPECT_EQ(IBV_WC_RETRY_EXC_ERR, wc.status);
+	EXPECT_LE(at[4] * t, el) TH_LOG("failed after %ld ms", el);
+	EXPECT_GE(4 * at[4] * t + 1000, el) TH_LOG("failed after %ld ms", el);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 200)) TH_LOG("sent after failing");
+}
+
+/*
  * A PSN sequence NAK is a transport retry, but one further on in the message than any before
  * says the peer took more of it: the retries start afresh (as rxe's do on every answer that
  * moves on), and only NAKs that bring nothing new run them out.

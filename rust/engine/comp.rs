@@ -79,6 +79,19 @@ fn timeout_us(code: u8) -> i64 {
     us.clamp(100, 2_000_000) as i64
 }
 
+/// The retransmission timer (microseconds) of a WQE with `left` of the QP's `retry_cnt` (its
+/// `timeout` code) transport retries
+/// left (`None`: none spent since its last answer that moved on): the QP's timeout, doubled by
+/// each retry spent in a row, up to four times it. IBTA lets the transport timer run up to four
+/// times the timeout; backing off within that keeps a peer that is slow to answer (a loaded
+/// host, one vCPU serving many QPs) from being flooded by every QP's retransmissions at once,
+/// each of which it must take and acknowledge again, until it falls so far behind that no
+/// answer arrives in time (TCP backs off likewise, RFC 6298 5.5).
+fn retry_us(timeout: u8, retry_cnt: u8, left: Option<u8>) -> i64 {
+    let spent = left.map_or(0, |l| retry_cnt.saturating_sub(l));
+    timeout_us(timeout) << spent.min(2)
+}
+
 /// Arms `qp`'s backoff timer: the WQE at the head runs again when it fires.
 fn backoff(qp: &Arc<QpShared>, sq: &mut SendSide, delay: Delta) {
     // A timer still running (a WQE waiting for a fault ran early and got another answer) is
@@ -130,10 +143,10 @@ pub(super) fn complete(
         }
         Exec::Sent | Exec::Recheck => {
             sq.waiting = true;
-            let mut us = timeout_us(a.timeout);
-            if let Exec::Recheck = exec {
-                us = (us / 8).max(100);
-            }
+            let us = match exec {
+                Exec::Recheck => (timeout_us(a.timeout) / 8).max(100),
+                _ => retry_us(a.timeout, a.retry_cnt, sq.retry_left),
+            };
             backoff(qp, &mut sq, Delta::from_micros(us));
             return false;
         }
@@ -194,7 +207,8 @@ pub(super) fn complete(
                     // Re-resolve: the peer may appear or change state meanwhile.
                     sq.peer = None;
                 }
-                backoff(qp, &mut sq, Delta::from_micros(timeout_us(a.timeout)));
+                let us = retry_us(a.timeout, a.retry_cnt, sq.retry_left);
+                backoff(qp, &mut sq, Delta::from_micros(us));
                 return false;
             }
         }
@@ -277,5 +291,35 @@ pub(super) fn flush(qp: &QpShared, sq: &mut SendSide, q: &Queue) {
         );
         wc.port_num = 0;
         qp.scq.post(&wc, false, &qp.events);
+    }
+}
+
+#[kernel::prelude::kunit_tests(rodp_comp)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transport_timer_follows_the_timeout_code() {
+        // 4.096 us * 2^14 = 67.1 ms; 0 is "infinite", looked at every 10 ms.
+        assert_eq!(timeout_us(14), 67_108);
+        assert_eq!(timeout_us(0), 10_000);
+        // Bounded below and above.
+        assert_eq!(timeout_us(1), 100);
+        assert_eq!(timeout_us(31), 2_000_000);
+    }
+
+    #[test]
+    fn retries_in_a_row_back_off_up_to_four_times_the_timeout() {
+        let t = timeout_us(14);
+        // The first transmission, and one after an answer that moved on.
+        assert_eq!(retry_us(14, 7, None), t);
+        // After one retry, two, and more: 2T, 4T, 4T ...
+        assert_eq!(retry_us(14, 7, Some(6)), 2 * t);
+        assert_eq!(retry_us(14, 7, Some(5)), 4 * t);
+        assert_eq!(retry_us(14, 7, Some(0)), 4 * t);
+        // retry_cnt 0: no retry was spent.
+        assert_eq!(retry_us(14, 0, Some(0)), t);
+        // timeout 0 (retry for ever, nothing counted): the 10 ms stays.
+        assert_eq!(retry_us(0, 7, Some(7)), 10_000);
     }
 }
