@@ -741,9 +741,24 @@ TEST_F(objs, a_layouts_key_works_in_local_sges)
 	EXPECT_EQ(0, ibv_dealloc_mw(mw));
 }
 
+/* Pages of [p, p + len) in memory (mincore). */
+static int resident(void *p, size_t len)
+{
+	unsigned char v[LEN / 4096];
+	int n = 0;
+
+	if (len > sizeof(v) * 4096 || mincore(p, len, v))
+		return -1;
+	for (size_t i = 0; i < len / 4096; i++)
+		n += v[i] & 1;
+	return n;
+}
+
 /*
- * Layouts over ODP memory, explicit and implicit: the first WRITE and READ through the window
- * fault the elements' pages in (one cell every other page); the data is exact.
+ * A layout over explicit and implicit ODP memory carries its data, and only the pages its
+ * elements lie in fault: 8 bytes every 8 KiB touch every other page of the MR, the pages
+ * between stay unmapped (num_page_fault_pages grows by the touched pages alone), and a READ
+ * back faults nothing more.
  */
 TEST_F(objs, a_layout_over_odp_memory_carries_its_data)
 {
@@ -760,6 +775,7 @@ TEST_F(objs, a_layout_over_odp_memory_carries_its_data)
 				    { ent(mr, odp + 24, 8, 1, 1,
 					  (const __u64[][2]){ { 8192, LEN / 8192 } }) } };
 		size_t total = model(&l, map);
+		long pages;
 
 		ASSERT_NE(MAP_FAILED, odp);
 		ASSERT_NE(NULL, mr);
@@ -767,17 +783,106 @@ TEST_F(objs, a_layout_over_odp_memory_carries_its_data)
 		ASSERT_EQ(0, rodp_xmw_grant_noncontig(mr));
 		ASSERT_EQ(0, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
 		fill(self->rc.buf[0], total, 9 + implicit);
+		pages = hw_counter("rodp0", "num_page_fault_pages");
 		EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_WRITE, 0, total, BASE,
 						  mw->rkey));
 		EXPECT_EQ(0, mismatches((unsigned char *)self->rc.buf[0], map, total));
+		EXPECT_EQ(LEN / 8192, hw_counter("rodp0", "num_page_fault_pages") - pages)
+			TH_LOG("implicit %d", implicit);
+		/* The pages between the elements were never mapped: still none in memory. */
+		EXPECT_EQ(LEN / 8192, resident(odp, LEN)) TH_LOG("implicit %d", implicit);
 		memset(self->rc.buf[0], 0, total);
+		pages = hw_counter("rodp0", "num_page_fault_pages");
 		EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, total, BASE,
 						  mw->rkey));
 		EXPECT_EQ(0, mismatches((unsigned char *)self->rc.buf[0], map, total));
+		EXPECT_EQ(pages, hw_counter("rodp0", "num_page_fault_pages"));
 		EXPECT_EQ(0, ibv_dealloc_mw(mw));
 		EXPECT_EQ(0, ibv_dereg_mr(mr));
 		munmap(odp, LEN);
 	}
+}
+
+/*
+ * An unprivileged user binds a layout of its own memory through the send queue of its own QP
+ * (type 2B) and names the window's key in its own local SGEs: nothing needs privilege, a peer
+ * WRITE lands in window order, a SEND gathers through the key, and its LOCAL_INV ends the
+ * binding (the MR deregisters).
+ */
+TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through_the_key)
+{
+	int st;
+	pid_t pid = fork();
+
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct ibv_send_wr inv = { .wr_id = 4, .opcode = IBV_WR_LOCAL_INV,
+					   .send_flags = IBV_SEND_SIGNALED }, *bad;
+		static __u64 map[MAXW];
+		struct rodp_xmw_bind_wr bw;
+		enum ibv_wc_opcode op;
+		struct rc_pair rc;
+		struct ibv_mw *mw;
+		struct ibv_mr *mr;
+		struct layout l;
+		struct ibv_wc wc;
+		uint64_t total = 0;
+		struct dev d;
+		uint32_t key;
+		size_t n;
+		char *mem;
+
+		if (become_nobody())
+			_exit(1);
+		if (dev_open(&d, "rodp0") || rc_pair_open(&rc, &d, NULL, LEN, &rc_default))
+			_exit(2);
+		mem = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		mr = mem == MAP_FAILED ? NULL :
+		     ibv_reg_mr(d.pd, mem, LEN, ALL_ACCESS | IBV_ACCESS_MW_BIND);
+		mw = rodp_xmw_alloc_mw_ex(d.pd, IBV_MW_TYPE_2, 2);
+		if (!mr || !mw || rodp_xmw_grant_noncontig(mr))
+			_exit(3);
+		/* 12 bytes every 256 interleaved with 4 bytes every 64, two of those per cycle. */
+		l = (struct layout){ RODP_XMW_KIND_INTERLEAVED, 2, {
+			ent(mr, mem + 16, 12, 1, 1, (const __u64[][2]){ { 256, 20 } }),
+			ent(mr, mem + LEN / 2, 4, 2, 1, (const __u64[][2]){ { 64, 40 } }) } };
+		n = model(&l, map);
+		key = next_key(mw->rkey);
+		bw = (struct rodp_xmw_bind_wr){ .wr_id = 1, .send_flags = IBV_SEND_SIGNALED,
+						.rkey = key, .addr = BASE,
+						.access = WIN_RIGHTS | IBV_ACCESS_LOCAL_WRITE,
+						.kind = l.kind, .entries = l.e, .num_entries = l.n };
+		if (rodp_xmw_post_bind_layout(rc.qp[1], mw, &bw, &total) || total != n)
+			_exit(4);
+		if (complete1(rc.cq[1], &op) != IBV_WC_SUCCESS || op != IBV_WC_BIND_MW)
+			_exit(5);
+		mw->rkey = key;
+		/* QP 0 writes the window through QP 1; the bytes land where the model says. */
+		fill(rc.buf[0], n, 21);
+		if (rc_xfer(&rc, IBV_WR_RDMA_WRITE, 0, n, BASE, key) != IBV_WC_SUCCESS)
+			_exit(6);
+		for (size_t i = 0; i < n; i++)
+			if (*(unsigned char *)(uintptr_t)map[i] != (unsigned char)rc.buf[0][i])
+				_exit(7);
+		/* QP 1 sends the window's bytes, gathered through its key, into QP 0's buffer. */
+		memset(rc.buf[0], 0, n);
+		if (post_recv(rc.qp[0], rc.buf[0], n, rc.mr[0]->lkey, 2) ||
+		    post_send(rc.qp[1], IBV_WR_SEND, (void *)(uintptr_t)BASE, n, key, 0, 0, 0, 3) ||
+		    poll1(rc.cq[1], &wc, 30000) != 1 || wc.status != IBV_WC_SUCCESS ||
+		    poll1(rc.cq[0], &wc, 30000) != 1 || wc.status != IBV_WC_SUCCESS)
+			_exit(8);
+		for (size_t i = 0; i < n; i++)
+			if (*(unsigned char *)(uintptr_t)map[i] != (unsigned char)rc.buf[0][i])
+				_exit(9);
+		/* Its own LOCAL_INV ends the binding: the MR is let go. */
+		inv.invalidate_rkey = key;
+		if (ibv_post_send(rc.qp[1], &inv, &bad) || complete1(rc.cq[1], NULL) != IBV_WC_SUCCESS)
+			_exit(10);
+		_exit(!ibv_dereg_mr(mr) && !ibv_dealloc_mw(mw) ? 0 : 11);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_TRUE(WIFEXITED(st));
+	EXPECT_EQ(0, WEXITSTATUS(st));
 }
 
 /* Each validity rule of xmw.rst's table that a bind by call can break, with its errno. */
