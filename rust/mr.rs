@@ -133,6 +133,8 @@ pub(crate) struct MrRef {
     mr: Pass<MrShared>,
     /// The window a remote access went through.
     _window: Option<Pass<MwShared>>,
+    /// The window whose layout named that window, for an access through a nested window.
+    _outer: Option<Pass<MwShared>>,
 }
 
 impl MrRef {
@@ -141,6 +143,17 @@ impl MrRef {
         Self {
             mr: self.mr,
             _window: Some(w),
+            _outer: None,
+        }
+    }
+
+    /// The same access, made through the window `w` named by the layout of window `outer`
+    /// (`Documentation/xmw.rst`, "Nesting"): deallocating either waits for it.
+    pub(crate) fn through_nested(self, w: Pass<MwShared>, outer: Pass<MwShared>) -> Self {
+        Self {
+            mr: self.mr,
+            _window: Some(w),
+            _outer: Some(outer),
         }
     }
 
@@ -655,6 +668,7 @@ impl MrShared {
         Some(MrRef {
             mr: Pass::enter(self)?,
             _window: None,
+            _outer: None,
         })
     }
 

@@ -26,6 +26,7 @@ use crate::{
         abi::Bind as BindWr,
         uapi::{kind, XBind, XEntry},
         verbs::access,
+        wq,
     },
     keys::{self, Reach, Tables},
     limit::Token,
@@ -40,7 +41,10 @@ use kernel::{
     alloc::KVVec,
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex, MutexGuard,
+    },
 };
 
 pub(crate) use keys::MAX_MW;
@@ -60,13 +64,95 @@ enum Target {
         mr_off: u64,
         length: u64,
     },
-    /// A layout over MRs, `total` bytes (an extended window's bind, `Documentation/xmw.rst`);
-    /// each entry holds its MR, which counts the window as bound to it once per entry.
+    /// A layout over MRs and windows, `total` bytes (an extended window's bind,
+    /// `Documentation/xmw.rst`); each entry holds its object, an MR counting the window as
+    /// bound to it once per entry. `nested` when an entry names a window.
     Layout {
         kind: Kind,
-        entries: KVec<Entry<Arc<MrShared>>>,
+        entries: KVec<Entry<Obj>>,
         total: u64,
+        nested: bool,
     },
+}
+
+/// What a layout entry names.
+enum Obj {
+    /// An MR.
+    Mr(Arc<MrShared>),
+    /// A window, by its index and the binding it had when the layout was bound (its
+    /// [`State::serial`]): the bytes mapped through it fail once that binding has ended. Not
+    /// held: a deallocated window leaves nothing behind in the layouts that named it.
+    Window(u32, u64),
+}
+
+impl Obj {
+    /// Which registration or binding of its key the entry found (compared when a staged
+    /// bind executes).
+    fn serial(&self) -> u64 {
+        match self {
+            Self::Mr(mr) => mr.serial,
+            Self::Window(_, serial) => *serial,
+        }
+    }
+}
+
+/// A type for the pieces of an access through a layout: the memory (`M`, held or not), the
+/// offset in its MR, the length.
+type Pieces<M> = KVVec<(M, usize, usize)>;
+
+/// A piece of an access that maps through a nested window, resolved after the outer window's
+/// lock is dropped (a window's lock is never taken under another's): its place among the
+/// pieces, the window's index, the binding the layout named, the address in the window, the
+/// length.
+struct Later {
+    at: usize,
+    index: u32,
+    serial: u64,
+    addr: u64,
+    len: u64,
+}
+
+/// Source of [`State::serial`]: one number per binding of any window, so that a window
+/// allocated later at the same index never matches a layout's reference to an older one.
+static NEXT_BINDING: Atomic<u64> = Atomic::new(1);
+
+/// The most work, in layout entries visited, the nested pieces of one access may cost: each
+/// costs about a search of its window's layout ([`Bound::find_cost`]), and a peer's access
+/// must not keep the responder busy for long. 4,096 pieces through a window of 16
+/// interleaved entries (528 each) fit.
+const MAX_NESTED_COST: u64 = 1 << 21;
+
+/// Adds a piece to `v`; an access touches at most [`xmw::MAX_PIECES`] (a peer's READ may be
+/// 2 GiB long, of one-byte elements).
+fn push_piece<T>(v: &mut KVVec<T>, t: T) -> Result<(), Fault> {
+    if v.len() >= xmw::MAX_PIECES {
+        return Err(Fault::Range);
+    }
+    v.push(t, GFP_KERNEL | __GFP_NOWARN)
+        .map_err(|_| Fault::Range)
+}
+
+/// Calls `f` with each element piece of `[off, off + len)` of a checked layout, in window
+/// order: the entry's object, the address in it, the length. Located once, then stepped
+/// element by element.
+fn walk<O>(
+    kind: Kind,
+    entries: &[Entry<O>],
+    off: u64,
+    len: u64,
+    mut f: impl FnMut(&O, u64, u64) -> Result<(), Fault>,
+) -> Result<(), Fault> {
+    let (mut w, end) = (off, off + len);
+    let mut spot = layout::find(kind, entries, w);
+    while w < end {
+        let s = spot.ok_or(Fault::Range)?;
+        let e = &entries[s.entry];
+        let n = (e.len - s.b).min(end - w);
+        f(&e.obj, e.addr(s.k) + s.b, n)?;
+        w += n;
+        spot = layout::next(kind, entries, s);
+    }
+    Ok(())
 }
 
 /// A window's binding.
@@ -94,14 +180,142 @@ impl Bound {
     fn release(self) {
         match self.target {
             Target::Range { mr, .. } => mr.remove_window(),
-            Target::Layout { entries, .. } => entries.iter().for_each(|e| e.obj.remove_window()),
+            Target::Layout { entries, .. } => {
+                for e in entries.iter() {
+                    if let Obj::Mr(mr) = &e.obj {
+                        mr.remove_window();
+                    }
+                }
+            }
         }
     }
+
+    /// The offset in the window of an access at `addr` of `len` bytes, inside its range.
+    fn offset(&self, addr: u64, len: u64) -> Result<u64, Fault> {
+        let off = if self.zero_based {
+            addr
+        } else {
+            addr.checked_sub(self.base).ok_or(Fault::Range)?
+        };
+        match off.checked_add(len) {
+            Some(end) if end <= self.length() => Ok(off),
+            _ => Err(Fault::Range),
+        }
+    }
+
+    /// Whether every MR under the binding lets the device write it.
+    fn writable(&self) -> bool {
+        let w = |mr: &MrShared| mr.access & access::LOCAL_WRITE != 0;
+        match &self.target {
+            Target::Range { mr, .. } => w(mr),
+            Target::Layout { entries, .. } => entries
+                .iter()
+                .all(|e| matches!(&e.obj, Obj::Mr(mr) if w(mr))),
+        }
+    }
+
+    /// The pieces of the range `[off, off + len)` of the binding (checked), `mr` making each
+    /// MR piece's memory (under the window's lock). An access through a layout gets a piece
+    /// per element, and a [`Later`] where one maps through a nested window.
+    fn pieces<M>(
+        &self,
+        off: u64,
+        len: u64,
+        out: &mut Pieces<M>,
+        later: &mut KVVec<Later>,
+        mut mr: impl FnMut(&Arc<MrShared>) -> Result<M, Fault>,
+    ) -> Result<(), Fault> {
+        match &self.target {
+            Target::Range { mr: m, mr_off, .. } => {
+                push_piece(out, (mr(m)?, (mr_off + off) as usize, len as usize))
+            }
+            Target::Layout { kind, entries, .. } => walk(*kind, entries, off, len, |o, a, n| {
+                if out.len() + later.len() >= xmw::MAX_PIECES {
+                    return Err(Fault::Range);
+                }
+                match *o {
+                    Obj::Mr(ref m) => {
+                        let moff = piece_offset(m, a, n)?;
+                        push_piece(out, (mr(m)?, moff as usize, n as usize))
+                    }
+                    Obj::Window(index, serial) => {
+                        // Consecutive bytes of the same window are one piece to resolve.
+                        if let Some(p) = later.last_mut() {
+                            let same = p.index == index && p.serial == serial;
+                            if same && p.at == out.len() && p.addr.checked_add(p.len) == Some(a) {
+                                p.len += n;
+                                return Ok(());
+                            }
+                        }
+                        let at = out.len();
+                        push_piece(
+                            later,
+                            Later {
+                                at,
+                                index,
+                                serial,
+                                addr: a,
+                                len: n,
+                            },
+                        )
+                    }
+                }
+            }),
+        }
+    }
+
+    /// About what locating an offset in the binding costs, in entries visited
+    /// ([`layout::find`]): a pass over a composite layout's entries, a pass per run of an
+    /// interleaved one's (at most `2n + 1` runs).
+    fn find_cost(&self) -> u64 {
+        match &self.target {
+            Target::Range { .. } => 1,
+            Target::Layout { kind, entries, .. } => {
+                let n = entries.len() as u64;
+                match kind {
+                    Kind::Composite => n,
+                    Kind::Interleaved => n * (2 * n + 1),
+                }
+            }
+        }
+    }
+}
+
+/// The pieces `out` with the nested ones `later` put in their places, each resolved by
+/// `f` (under its window's lock, none other held).
+fn splice<M>(
+    out: Pieces<M>,
+    later: KVVec<Later>,
+    mut f: impl FnMut(&Later, &mut Pieces<M>) -> Result<(), Fault>,
+) -> Result<Pieces<M>, Fault> {
+    if later.is_empty() {
+        return Ok(out);
+    }
+    let mut all = KVVec::new();
+    let mut rest = out.into_iter();
+    let mut at = 0;
+    for l in later.iter() {
+        while at < l.at {
+            push_piece(&mut all, rest.next().ok_or(Fault::Range)?)?;
+            at += 1;
+        }
+        f(l, &mut all)?;
+        // Only mutexes are held here (the QP's in the engine).
+        wq::cond_resched();
+    }
+    for p in rest {
+        push_piece(&mut all, p)?;
+    }
+    Ok(all)
 }
 
 struct State {
     key: u32,
     bound: Option<Bound>,
+    /// Names the current value of `bound`, new at every bind, invalidation and deallocation
+    /// (from [`NEXT_BINDING`]): layouts naming the window keep the value of the binding they
+    /// found.
+    serial: u64,
     /// The most entries a layout bound to the window may have (`alloc_mw_ex`'s
     /// `max_descriptors`); 0 for a window that is not extended.
     descriptors: u32,
@@ -110,6 +324,15 @@ struct State {
     /// A type 2B window's layout checked by `RODP_METHOD_MW_XBIND` and waiting for its bind
     /// work request ([`MwShared::bind_staged`]); it holds no MR.
     staged: Option<Shaped>,
+}
+
+impl State {
+    /// Ends the binding (`None`) or puts `new` in its place; returns the old one, to release
+    /// outside the lock.
+    fn replace(&mut self, new: Option<Bound>) -> Option<Bound> {
+        self.serial = NEXT_BINDING.fetch_add(1, Relaxed);
+        core::mem::replace(&mut self.bound, new)
+    }
 }
 
 /// A layout bind whose shape is checked: its entries still name their MRs by key.
@@ -174,6 +397,7 @@ impl Mw {
                     state <- new_mutex!(State {
                         key,
                         bound: None,
+                        serial: NEXT_BINDING.fetch_add(1, Relaxed),
                         descriptors: 0,
                         freed: false,
                         staged: None,
@@ -230,7 +454,7 @@ impl Drop for Mw {
             let mut st = self.shared.state.lock();
             st.freed = true;
             st.staged = None;
-            st.bound.take()
+            st.replace(None)
         };
         self.shared.gate.close();
         if let Some(b) = old {
@@ -255,7 +479,12 @@ impl MwShared {
 
     /// Executes the bind `w` of this window posted on `qp` (IBA 10.6.7.2.x, with rxe's checks),
     /// the MR it names looked up in `tables`: `Err` completes it with `IB_WC_MW_BIND_ERR`.
-    pub(crate) fn bind(&self, tables: &Tables, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
+    pub(crate) fn bind(
+        self: &Arc<Self>,
+        tables: &Tables,
+        qp: &QpShared,
+        w: &BindWr,
+    ) -> Result<(), ()> {
         // C10-72: the QP's PD is the window's.
         if self.pd != qp.pd || w.access & !BIND_ACCESS != 0 {
             return Err(());
@@ -311,8 +540,7 @@ impl MwShared {
                 return Err(());
             }
         }
-        let old = st.bound.take();
-        st.bound = target.map(|(mr, mr_off)| Bound {
+        let old = st.replace(target.map(|(mr, mr_off)| Bound {
             target: Target::Range {
                 mr,
                 mr_off,
@@ -322,7 +550,7 @@ impl MwShared {
             rights,
             zero_based,
             qp: self.type2.then_some(qp.serial),
-        });
+        }));
         st.key = (st.key & !0xff) | byte;
         drop(st);
         if let Some(b) = old {
@@ -353,7 +581,7 @@ impl MwShared {
         if matches!(via, Via::Send(_)) && b.qp != Some(qp.serial) {
             return Err(());
         }
-        let old = st.bound.take();
+        let old = st.replace(None);
         drop(st);
         if let Some(b) = old {
             b.release();
@@ -381,50 +609,67 @@ impl MwShared {
         if b.rights & right != right {
             return Err(Fault::Access);
         }
-        let off = if b.zero_based {
-            addr
-        } else {
-            addr.checked_sub(b.base).ok_or(Fault::Range)?
-        };
-        match off.checked_add(len) {
-            Some(end) if end <= b.length() => {}
-            _ => return Err(Fault::Range),
-        }
+        let off = b.offset(addr, len)?;
         // Entered while bound, under the state lock deallocation takes before it closes the
         // gate; a bound MR cannot be deregistered.
         let enter = |mr: &Arc<MrShared>| -> Result<MrRef, Fault> {
             let w = Pass::enter(self).ok_or(Fault::Key)?;
             Ok(mr.enter().ok_or(Fault::Key)?.through(w))
         };
-        match &b.target {
-            Target::Range { mr, mr_off, .. } => Ok(Reach::One(enter(mr)?, (mr_off + off) as usize)),
-            Target::Layout { kind, entries, .. } => {
-                let mut pieces = KVVec::new();
-                let (mut w, end) = (off, off + len);
-                // Located once, then stepped element by element.
-                let mut spot = layout::find(*kind, entries, w);
-                while w < end {
-                    // Bounded: a peer's READ may be 2 GiB long, of one-byte elements.
-                    if pieces.len() == xmw::MAX_PIECES {
-                        return Err(Fault::Range);
-                    }
-                    let s = spot.ok_or(Fault::Range)?;
-                    let e = &entries[s.entry];
-                    let n = (e.len - s.b).min(end - w);
-                    let mr = &e.obj;
-                    let moff = piece_offset(mr, e.addr(s.k) + s.b, n)?;
-                    pieces
-                        .push(
-                            (enter(mr)?, moff as usize, n as usize),
-                            GFP_KERNEL | __GFP_NOWARN,
-                        )
-                        .map_err(|_| Fault::Range)?;
-                    w += n;
-                    spot = layout::next(*kind, entries, s);
-                }
-                Ok(Reach::Pieces(pieces))
+        if let Target::Range { mr, mr_off, .. } = &b.target {
+            return Ok(Reach::One(enter(mr)?, (mr_off + off) as usize));
+        }
+        let (mut out, mut later) = (KVVec::new(), KVVec::new());
+        b.pieces(off, len, &mut out, &mut later, enter)?;
+        drop(st);
+        let mut budget = MAX_NESTED_COST;
+        let pieces = splice(out, later, |l, all| {
+            let x = qp.tables.mws.get(l.index).ok_or(Fault::Key)?;
+            x.nested(l, Some(qp), right, &mut budget, all, |inner, mr| {
+                let outer = Pass::enter(self).ok_or(Fault::Key)?;
+                let w = Pass::enter(inner).ok_or(Fault::Key)?;
+                Ok(mr.enter().ok_or(Fault::Key)?.through_nested(w, outer))
+            })
+        })?;
+        Ok(Reach::Pieces(pieces))
+    }
+
+    /// Resolves the piece `l` of an access through a layout that names this window, for a
+    /// remote access arriving on `qp` with rights `right` or a local one (`qp` `None`): the
+    /// binding the layout named must be the current one, and for a remote access must allow
+    /// it (rights, the QP of a type 2B window). `mr` makes each piece's memory, under this
+    /// window's lock; the search for the piece is charged to `budget`.
+    fn nested<M>(
+        self: &Arc<Self>,
+        l: &Later,
+        qp: Option<&QpShared>,
+        right: u32,
+        budget: &mut u64,
+        out: &mut Pieces<M>,
+        mut mr: impl FnMut(&Arc<Self>, &Arc<MrShared>) -> Result<M, Fault>,
+    ) -> Result<(), Fault> {
+        let st = self.state.lock();
+        let b = st.bound.as_ref().ok_or(Fault::Key)?;
+        if st.serial != l.serial {
+            return Err(Fault::Key);
+        }
+        if let Some(qp) = qp {
+            if b.qp.is_some_and(|s| s != qp.serial) {
+                return Err(Fault::Key);
+            }
+            if b.rights & right != right {
+                return Err(Fault::Access);
             }
         }
+        let off = b.offset(l.addr, l.len)?;
+        *budget = budget.checked_sub(b.find_cost()).ok_or(Fault::Range)?;
+        let mut deeper = KVVec::new();
+        b.pieces(off, l.len, out, &mut deeper, |m| mr(self, m))?;
+        // The bind refused windows under a nested one.
+        if !deeper.is_empty() {
+            return Err(Fault::Key);
+        }
+        Ok(())
     }
 
     /// The ranges of a local access of `len` bytes at `addr` through this window's key `key`
@@ -434,49 +679,30 @@ impl MwShared {
     /// window's lock and then enter; a range per element, [`xmw::MAX_PIECES`] at most.
     pub(crate) fn local(
         &self,
+        tables: &Tables,
         pd: u64,
         key: u32,
         addr: u64,
         len: u64,
         need: u32,
-    ) -> Result<KVVec<(Arc<MrShared>, usize, usize)>, Fault> {
+    ) -> Result<Pieces<Arc<MrShared>>, Fault> {
         let st = self.state.lock();
         let b = st.bound.as_ref().ok_or(Fault::Key)?;
-        let Target::Layout { kind, entries, .. } = &b.target else {
-            return Err(Fault::Key);
-        };
-        if st.key != key || self.pd != pd {
+        if st.key != key || self.pd != pd || !matches!(b.target, Target::Layout { .. }) {
             return Err(Fault::Key);
         }
         if need & access::LOCAL_WRITE != 0 && b.rights & access::LOCAL_WRITE == 0 {
             return Err(Fault::Access);
         }
-        let off = addr.checked_sub(b.base).ok_or(Fault::Range)?;
-        let end = match off.checked_add(len) {
-            Some(end) if end <= b.length() => end,
-            _ => return Err(Fault::Range),
-        };
-        let mut pieces = KVVec::new();
-        let mut w = off;
-        let mut spot = layout::find(*kind, entries, w);
-        while w < end {
-            if pieces.len() == xmw::MAX_PIECES {
-                return Err(Fault::Range);
-            }
-            let s = spot.ok_or(Fault::Range)?;
-            let e = &entries[s.entry];
-            let n = (e.len - s.b).min(end - w);
-            let moff = piece_offset(&e.obj, e.addr(s.k) + s.b, n)?;
-            pieces
-                .push(
-                    (e.obj.clone(), moff as usize, n as usize),
-                    GFP_KERNEL | __GFP_NOWARN,
-                )
-                .map_err(|_| Fault::Range)?;
-            w += n;
-            spot = layout::next(*kind, entries, s);
-        }
-        Ok(pieces)
+        let off = b.offset(addr, len)?;
+        let (mut out, mut later) = (KVVec::new(), KVVec::new());
+        b.pieces(off, len, &mut out, &mut later, |mr| Ok(mr.clone()))?;
+        drop(st);
+        let mut budget = MAX_NESTED_COST;
+        splice(out, later, |l, all| {
+            let x = tables.mws.get(l.index).ok_or(Fault::Key)?;
+            x.nested(l, None, 0, &mut budget, all, |_, mr| Ok(mr.clone()))
+        })
     }
 
     /// Checks a layout bind's shape through `qp` (`Documentation/xmw.rst`, "Validity rules":
@@ -520,17 +746,29 @@ impl MwShared {
         })
     }
 
-    /// The MRs a shaped layout names, looked up in `tables`: each an MR of this PD granting
-    /// non-contiguous binding, covering the rights the window gives, with the entry's
-    /// footprint inside it. No window may be named yet: a window in a layout is depth 2, over
-    /// the reported limit of 1 (an entry naming this window included).
-    fn objects(&self, tables: &Tables, l: &Shaped) -> Result<KVec<Entry<Arc<MrShared>>>> {
+    /// The objects a shaped layout names, looked up in `tables`, for a bind through `qp`
+    /// (`Documentation/xmw.rst`, "Validity rules"): each an MR of this PD granting
+    /// non-contiguous binding, or a window bound under the key named ([`MwShared::nestable`]);
+    /// rights covered, the entry's footprint inside the object. Naming this window is a loop.
+    fn objects(
+        self: &Arc<Self>,
+        tables: &Tables,
+        qp: &QpShared,
+        l: &Shaped,
+    ) -> Result<KVec<Entry<Obj>>> {
         let writes =
             l.access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
         let mut entries = KVec::with_capacity(l.entries.len(), GFP_KERNEL_ACCOUNT)?;
         for e in l.entries.iter() {
             if keys::is_window(e.obj) {
-                return Err(ELOOP);
+                let x = tables.window(e.obj).ok_or(EINVAL)?;
+                if Arc::ptr_eq(&x, self) {
+                    return Err(ELOOP);
+                }
+                let serial = x.nestable(e, qp, l.access, self.type2)?;
+                let index = keys::index(e.obj);
+                entries.push(e.with(Obj::Window(index, serial)), GFP_KERNEL_ACCOUNT)?;
+                continue;
             }
             let mr = tables.current(e.obj).ok_or(EINVAL)?;
             if mr.pd != self.pd {
@@ -548,9 +786,40 @@ impl MwShared {
                 Some(end) if end <= mr.length => {}
                 _ => return Err(EINVAL),
             }
-            entries.push(e.with(mr), GFP_KERNEL_ACCOUNT)?;
+            entries.push(e.with(Obj::Mr(mr)), GFP_KERNEL_ACCOUNT)?;
         }
         Ok(entries)
+    }
+
+    /// Whether the entry `e` of a layout bound through `qp` with access bits `acc` may name
+    /// this window (`Documentation/xmw.rst`, "Nesting"), the layout's window being type 2B
+    /// when `type2`: bound under the key `e` names, of the QP's PD, of depth 1 (over MRs
+    /// only), a type 2B window only for a type 2B one bound through the same QP, every remote
+    /// right granted, writable MRs below for a writing layout, the footprint inside the
+    /// window. Returns the binding's serial.
+    fn nestable(&self, e: &Entry<u32>, qp: &QpShared, acc: u32, type2: bool) -> Result<u64> {
+        let st = self.state.lock();
+        let b = st
+            .bound
+            .as_ref()
+            .filter(|_| st.key == e.obj)
+            .ok_or(EINVAL)?;
+        if self.pd != qp.pd {
+            return Err(EINVAL);
+        }
+        if matches!(&b.target, Target::Layout { nested: true, .. }) {
+            return Err(ELOOP);
+        }
+        if self.type2 && !(type2 && b.qp == Some(qp.serial)) {
+            return Err(EINVAL);
+        }
+        let writes = acc & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
+        if b.rights & acc & RIGHTS != acc & RIGHTS || (writes != 0 && !b.writable()) {
+            return Err(EACCES);
+        }
+        let foot = e.footprint().ok_or(EOVERFLOW)?;
+        b.offset(e.start, foot).map_err(|_| EINVAL)?;
+        Ok(st.serial)
     }
 
     /// Binds the layout `l` over `entries` (its MRs) under the state lock `st` with the new
@@ -563,32 +832,39 @@ impl MwShared {
         tables: &Tables,
         qp: &QpShared,
         l: &Shaped,
-        entries: KVec<Entry<Arc<MrShared>>>,
+        entries: KVec<Entry<Obj>>,
         key: u32,
     ) -> Result {
         // The budget again: it may have changed while the window was free.
         if st.freed || entries.len() > st.descriptors as usize {
             return Err(EINVAL);
         }
-        for (n, e) in entries.iter().enumerate() {
-            if !e.obj.add_window(tables) {
-                entries.iter().take(n).for_each(|e| e.obj.remove_window());
+        let mrs = || {
+            entries.iter().filter_map(|e| match &e.obj {
+                Obj::Mr(mr) => Some(mr),
+                Obj::Window(..) => None,
+            })
+        };
+        for (n, mr) in mrs().enumerate() {
+            if !mr.add_window(tables) {
+                mrs().take(n).for_each(|mr| mr.remove_window());
                 return Err(EINVAL);
             }
         }
-        let old = st.bound.take();
-        st.bound = Some(Bound {
+        let nested = entries.iter().any(|e| matches!(e.obj, Obj::Window(..)));
+        let old = st.replace(Some(Bound {
             target: Target::Layout {
                 kind: l.kind,
                 entries,
                 total: l.total,
+                nested,
             },
             base: l.base,
             // A layout's key is also an lkey: local write is one of its rights.
             rights: l.access & (RIGHTS | access::LOCAL_WRITE),
             zero_based: false,
             qp: self.type2.then_some(qp.serial),
-        });
+        }));
         st.key = key;
         drop(st);
         if let Some(b) = old {
@@ -606,14 +882,14 @@ impl MwShared {
     /// ([`MwShared::bind`]).
     /// Returns the window's length.
     pub(crate) fn bind_layout(
-        &self,
+        self: &Arc<Self>,
         tables: &Tables,
         qp: &QpShared,
         x: &XBind,
         given: &[XEntry],
     ) -> Result<u64> {
         let l = self.shape(qp, x, given)?;
-        let entries = self.objects(tables, &l)?;
+        let entries = self.objects(tables, qp, &l)?;
         let total = l.total;
         let st = self.state.lock();
         // The new key names this window, with another key byte: for type 1 now, for type 2B
@@ -631,7 +907,7 @@ impl MwShared {
             let mut l = l;
             let mut serials = KVec::with_capacity(entries.len(), GFP_KERNEL_ACCOUNT)?;
             for e in entries.iter() {
-                serials.push(e.obj.serial, GFP_KERNEL_ACCOUNT)?;
+                serials.push(e.obj.serial(), GFP_KERNEL_ACCOUNT)?;
             }
             l.serials = serials;
             drop(entries);
@@ -647,7 +923,7 @@ impl MwShared {
     /// its MR: the bind of the layout staged for it (`st.staged`, taken if it carries `w`'s new
     /// key, address, length and access bits; with none such the bind fails). The layout's MRs
     /// are looked up again: one deregistered or re-registered since the stage fails the bind.
-    fn bind_staged(&self, tables: &Tables, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
+    fn bind_staged(self: &Arc<Self>, tables: &Tables, qp: &QpShared, w: &BindWr) -> Result<(), ()> {
         let l = {
             let mut st = self.state.lock();
             let s = st.staged.as_ref().ok_or(())?;
@@ -656,12 +932,12 @@ impl MwShared {
             }
             st.staged.take().ok_or(())?
         };
-        let entries = self.objects(tables, &l).map_err(|_| ())?;
+        let entries = self.objects(tables, qp, &l).map_err(|_| ())?;
         if entries.len() != l.serials.len()
             || entries
                 .iter()
                 .zip(l.serials.iter())
-                .any(|(e, s)| e.obj.serial != *s)
+                .any(|(e, s)| e.obj.serial() != *s)
         {
             return Err(());
         }

@@ -5,7 +5,8 @@
 //! ([`caps`]), the translation of a bind's entries and of the layout's verdicts, and the
 //! layout arithmetic ([`layout`]). MRs grant non-contiguous binding (`Mr::grant_noncontig`),
 //! windows take a descriptor budget (`Mw::extend`) and bind a layout
-//! (`MwShared::bind_layout`), and remote accesses walk it (`MwShared::resolve`).
+//! (`MwShared::bind_layout`), and accesses walk it and the windows it names
+//! (`MwShared::resolve`, `MwShared::local`).
 
 pub(crate) mod layout;
 
@@ -28,11 +29,13 @@ pub(crate) const MAX_PIECES: usize = 4096;
 /// overlapping entries could otherwise present memory many times over).
 pub(crate) const MAX_TOTAL: u64 = 1 << 40;
 
-/// Deepest nesting: windows in layouts are not bound yet, so a layout names MRs only.
-pub(crate) const MAX_DEPTH: u32 = 1;
+/// Deepest nesting: a layout may name windows whose bindings name MRs only
+/// (`Documentation/xmw.rst`, "Nesting"). Each level resolves its pieces under its own
+/// window's lock, after the level above dropped its own.
+pub(crate) const MAX_DEPTH: u32 = 2;
 
-/// What the device binds (`RODP_METHOD_DEVICE_QUERY_XMW`): every layout kind by call, no
-/// send-queue bind yet (no inline entries), no nesting.
+/// What the device binds (`RODP_METHOD_DEVICE_QUERY_XMW`): every layout kind, by call and
+/// staged for the send queue (no inline entries), windows nested [`MAX_DEPTH`] deep.
 pub(crate) fn caps() -> XmwCaps {
     XmwCaps {
         flags: cap::COMPOSITE

@@ -131,14 +131,15 @@ TEST_F(xmw, the_device_says_what_it_binds)
 			      RDMA_DRIVER_RXE, RODP_ATTR_QUERY_XMW_CAPS, &caps, sizeof(caps),
 			      &flags));
 	EXPECT_TRUE(flags & UVERBS_ATTR_F_VALID_OUTPUT);
-	/* Every layout kind binds by call; no send-queue binds (no inline entries), no nesting. */
+	/* Every layout kind binds; send-queue binds are staged (no inline entries); windows in
+	 * layouts over MRs only (depth 2). */
 	EXPECT_EQ(RODP_XMW_COMPOSITE | RODP_XMW_INTERLEAVED | RODP_XMW_INTERLEAVED_REPETITION |
 		  RODP_XMW_INTERLEAVED_NONUNIFORM_REPETITION |
 		  RODP_XMW_INTERLEAVED_NONUNIFORM_TOTAL_ITEMS, caps.flags);
 	EXPECT_NE(0, caps.max_mkey_list_sz);
 	EXPECT_NE(0xa5a5a5a5, caps.max_mkey_list_sz);
 	EXPECT_EQ(0, caps.max_mkey_inline_list_sz);
-	EXPECT_EQ(1, caps.max_mw_recursion_depth);
+	EXPECT_EQ(2, caps.max_mw_recursion_depth);
 	EXPECT_EQ(RODP_XMW_MAX_DIMS, caps.max_mw_stride_dimension);
 	EXPECT_NE(0, caps.max_total);
 	EXPECT_EQ(0, caps.reserved);
@@ -560,42 +561,94 @@ static __u64 rnd(__u64 *x, __u64 below)
 	return *x % below;
 }
 
+/* A random layout of n entries (1 to 3) of mr's first 4 KiB; with x (bound, xtotal bytes at
+ * BASE), each entry names x instead in one case out of two. */
+static struct layout random_layout(__u64 *r, struct ibv_mr *mr, const struct ibv_mw *x,
+				   size_t xtotal)
+{
+	struct layout l = {
+		.kind = rnd(r, 2) ? RODP_XMW_KIND_INTERLEAVED : RODP_XMW_KIND_COMPOSITE,
+		.n = 1 + rnd(r, 3),
+	};
+
+	for (unsigned int i = 0; i < l.n; i++) {
+		__u64 dims[RODP_XMW_MAX_DIMS][2], foot;
+		unsigned int nd = rnd(r, 4);
+
+		for (unsigned int d = 0; d < nd; d++) {
+			dims[d][0] = rnd(r, 64);
+			dims[d][1] = 1 + rnd(r, 4);
+		}
+		l.e[i] = ent(mr, (char *)mr->addr + rnd(r, 4096), 1 + rnd(r, 16),
+			     l.kind == RODP_XMW_KIND_COMPOSITE ? 1 : 1 + rnd(r, 3), nd,
+			     (const __u64(*)[2])dims);
+		foot = l.e[i].len;
+		for (unsigned int d = 0; d < nd; d++)
+			foot += dims[d][0] * (dims[d][1] - 1);
+		if (x && rnd(r, 2) == 0) {
+			/* One element of the window where the shape would not fit in it. */
+			if (foot > xtotal) {
+				l.e[i].ndims = 0;
+				l.e[i].len = foot = 1 + rnd(r, xtotal < 16 ? xtotal : 16);
+			}
+			l.e[i].key = x->rkey;
+			l.e[i].start = BASE + rnd(r, xtotal - foot + 1);
+		}
+	}
+	return l;
+}
+
+/*
+ * Random layouts, byte for byte against the model, read and written from a random offset; in
+ * every other round some entries name a random window bound first (nesting), and the whole
+ * window is read and written too: the outer
+ * model's addresses in that window ([BASE, BASE + its total), memory addresses being far
+ * from BASE) are then mapped through the inner window's model.
+ */
 TEST_F_TIMEOUT(objs, random_layouts_match_the_model, 300)
 {
-	static __u64 map[MAXW];
+	static __u64 map[MAXW], xmap[MAXW];
 	__u64 x = 0x2545f4914f6cdd1dULL;
+	int nested = 0;
 
 	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
 	for (int round = 0; round < 24; round++) {
 		struct ibv_mw *mw = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 4);
-		struct layout l = {
-			.kind = rnd(&x, 2) ? RODP_XMW_KIND_INTERLEAVED : RODP_XMW_KIND_COMPOSITE,
-			.n = 1 + rnd(&x, 3),
-		};
-		size_t total, w, len;
+		struct ibv_mw *in = NULL;
+		size_t total, xtotal = 0, w, len;
+		struct layout l;
 		uint64_t got;
 
 		ASSERT_NE(NULL, mw);
-		for (unsigned int i = 0; i < l.n; i++) {
-			__u64 dims[RODP_XMW_MAX_DIMS][2];
-			unsigned int nd = rnd(&x, 4);
-
-			for (unsigned int d = 0; d < nd; d++) {
-				dims[d][0] = rnd(&x, 64);
-				dims[d][1] = 1 + rnd(&x, 4);
-			}
-			l.e[i] = ent(self->mr, (char *)self->mem + rnd(&x, 4096), 1 + rnd(&x, 16),
-				     l.kind == RODP_XMW_KIND_COMPOSITE ? 1 : 1 + rnd(&x, 3), nd,
-				     (const __u64(*)[2])dims);
+		if (round % 2) {
+			in = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 4);
+			ASSERT_NE(NULL, in);
+			l = random_layout(&x, self->mr, NULL, 0);
+			xtotal = model(&l, xmap);
+			ASSERT_EQ(0, bind_layout(self, in, &l, WIN_RIGHTS, &got));
+			ASSERT_EQ(xtotal, got);
 		}
+		l = random_layout(&x, self->mr, in, xtotal);
 		total = model(&l, map);
+		for (size_t i = 0, seen = 0; i < total; i++)
+			if (map[i] >= BASE && map[i] < BASE + xtotal) {
+				map[i] = xmap[map[i] - BASE];
+				nested += !seen++;
+			}
 		ASSERT_EQ(0, bind_layout(self, mw, &l, WIN_RIGHTS, &got));
 		ASSERT_EQ(total, got);
 		w = rnd(&x, total);
 		len = 1 + rnd(&x, total - w);
 		EXPECT_EQ(0, check_range(self, mw, map, w, len, round)) TH_LOG("round %d", round);
+		if (in)
+			EXPECT_EQ(0, check_range(self, mw, map, 0, total, round))
+				TH_LOG("round %d, whole", round);
 		EXPECT_EQ(0, ibv_dealloc_mw(mw));
+		if (in)
+			EXPECT_EQ(0, ibv_dealloc_mw(in));
 	}
+	/* Most odd rounds nested (9 of 12 with this seed). */
+	EXPECT_LE(6, nested);
 }
 
 /* QP 0's fetch-and-add of 2 at raddr through rkey, the old value into its buffer: the status. */
@@ -1193,12 +1246,13 @@ TEST_F(objs, every_rule_has_its_errno)
 	l.e[0].key = ro->lkey;
 	EXPECT_EQ(EACCES, bind_layout(self, mw, &l, IBV_ACCESS_REMOTE_WRITE, NULL));
 	EXPECT_EQ(0, bind_layout(self, mw, &l, IBV_ACCESS_REMOTE_READ, NULL));
-	/* A window in a layout (this one included): deeper than the device's depth 1. */
+	/* The window being bound in its own layout; a window not bound (a_layout_names_a_window
+	 * has the other nesting rules). */
 	l = ok;
 	l.e[0].key = mw->rkey;
 	EXPECT_EQ(ELOOP, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
 	l.e[0].key = t2->rkey;
-	EXPECT_EQ(ELOOP, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
+	EXPECT_EQ(EINVAL, bind_layout(self, mw, &l, WIN_RIGHTS, NULL));
 	/* Every rule kept: bound, under a new key (same index, new key byte). */
 	key = mw->rkey;
 	EXPECT_EQ(0, bind_layout(self, mw, &ok, WIN_RIGHTS, NULL));
@@ -1210,6 +1264,109 @@ TEST_F(objs, every_rule_has_its_errno)
 	EXPECT_EQ(0, ibv_dereg_mr(ro));
 	EXPECT_EQ(0, ibv_dereg_mr(other));
 	EXPECT_EQ(0, ibv_dealloc_pd(pd2));
+}
+
+/*
+ * Nesting (xmw.rst, example 5 and "Nesting"): 4096 bytes of an MR followed by the whole
+ * matrix-column window X. Byte for byte by READ and WRITE, a SEND gathering through the key,
+ * an atomic into one of X's cells; the rules of a window entry with their errnos; once X is
+ * bound again, the bytes through it fail and the MR part still works.
+ */
+TEST_F(objs, a_layout_names_a_window)
+{
+	static __u64 xmap[MAXW], map[MAXW];
+	char *m = self->mem, *h = m + LEN / 2;
+	struct ibv_mw *x = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 2);
+	struct ibv_mw *w = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 2);
+	struct ibv_mw *v = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 2);
+	struct ibv_mw *t2 = ibv_alloc_mw(self->d.pd, IBV_MW_TYPE_2);
+	struct layout col = { RODP_XMW_KIND_COMPOSITE, 1,
+			      { ent(self->mr, m + 8, 8, 1, 1, (const __u64[][2]){ { 512, 64 } }) } };
+	struct layout l = { RODP_XMW_KIND_COMPOSITE, 2,
+			    { ent(self->mr, h, 4096, 1, 0, NULL),
+			      xmw_ent(0, BASE, 512, 1, 0, NULL) } };
+	struct layout bad;
+	__u64 *cell = (__u64 *)(m + 520);
+	unsigned char *b0 = (unsigned char *)self->rc.buf[0];
+	uint64_t total = 0;
+	struct ibv_wc wc;
+
+	ASSERT_NE(NULL, x);
+	ASSERT_NE(NULL, w);
+	ASSERT_NE(NULL, v);
+	ASSERT_NE(NULL, t2);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	ASSERT_EQ(512, model(&col, xmap));
+	ASSERT_EQ(0, bind_layout(self, x, &col, WIN_RIGHTS, NULL));
+	l.e[1].key = x->rkey;
+	ASSERT_EQ(0, bind_layout(self, w, &l, WIN_RIGHTS, &total));
+	ASSERT_EQ(4608, total);
+	for (size_t i = 0; i < 4096; i++)
+		map[i] = (uintptr_t)h + i;
+	memcpy(map + 4096, xmap, 512 * sizeof(*map));
+	/* xmw.rst's table for example 5. */
+	EXPECT_EQ((uintptr_t)h + 4095, map[4095]);
+	EXPECT_EQ((uintptr_t)m + 8, map[4096]);
+	EXPECT_EQ((uintptr_t)m + 520, map[4104]);
+	EXPECT_EQ((uintptr_t)m + 32271, map[4607]);
+	EXPECT_EQ(0, check_range(self, w, map, 0, total, 11));
+	EXPECT_EQ(0, check_range(self, w, map, 4090, 30, 12));
+	EXPECT_EQ(0, check_range(self, w, map, 4100, 500, 13));
+	/* A SEND from QP 1 gathers through the outer key, across both parts. */
+	fill(m, LEN, 14);
+	memset(b0, 0, total);
+	ASSERT_EQ(0, post_recv(self->rc.qp[0], b0, total, self->rc.mr[0]->lkey, 1));
+	ASSERT_EQ(0, post_send(self->rc.qp[1], IBV_WR_SEND, (void *)(uintptr_t)BASE, total,
+			       w->rkey, 0, 0, 0, 2));
+	ASSERT_EQ(1, poll1(self->rc.cq[1], &wc, 30000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	ASSERT_EQ(1, poll1(self->rc.cq[0], &wc, 30000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(0, mismatches(b0, map, total));
+	/* An atomic into X's cell 1 (outer offset 4104, memory m + 520). */
+	*cell = 100;
+	EXPECT_EQ(IBV_WC_SUCCESS, fetch_add2(self, BASE + 4104, w->rkey));
+	EXPECT_EQ(100, *(__u64 *)self->rc.buf[0]);
+	EXPECT_EQ(102, *cell);
+
+	/* Depth 3: a layout naming W, which names X. */
+	bad = (struct layout){ RODP_XMW_KIND_COMPOSITE, 1, { xmw_ent(w->rkey, BASE, 8, 1, 0, NULL) } };
+	EXPECT_EQ(ELOOP, bind_layout(self, v, &bad, WIN_RIGHTS, NULL));
+	/* X under a stale key; a footprint past X's end or before its base. */
+	bad.e[0] = xmw_ent(x->rkey ^ 1, BASE, 8, 1, 0, NULL);
+	EXPECT_EQ(EINVAL, bind_layout(self, v, &bad, WIN_RIGHTS, NULL));
+	bad.e[0] = xmw_ent(x->rkey, BASE + 505, 8, 1, 0, NULL);
+	EXPECT_EQ(EINVAL, bind_layout(self, v, &bad, WIN_RIGHTS, NULL));
+	bad.e[0] = xmw_ent(x->rkey, BASE - 1, 8, 1, 0, NULL);
+	EXPECT_EQ(EINVAL, bind_layout(self, v, &bad, WIN_RIGHTS, NULL));
+	/* A type 2B window (bound, on QP 1) in a type 1 window's layout. */
+	ASSERT_EQ(0, bind_wr(self, t2, self->mr, (t2->rkey & ~0xffu) | ((t2->rkey + 1) & 0xff),
+			     4096));
+	bad.e[0] = xmw_ent(t2->rkey, (uintptr_t)m, 8, 1, 0, NULL);
+	EXPECT_EQ(EINVAL, bind_layout(self, v, &bad, WIN_RIGHTS, NULL));
+	/* Rights: X bound again for remote read only; a writing layout over it is refused. */
+	ASSERT_EQ(0, bind_layout(self, x, &col, IBV_ACCESS_REMOTE_READ, NULL));
+	bad.e[0] = xmw_ent(x->rkey, BASE, 8, 1, 0, NULL);
+	EXPECT_EQ(EACCES, bind_layout(self, v, &bad, WIN_RIGHTS, NULL));
+	EXPECT_EQ(0, bind_layout(self, v, &bad, IBV_ACCESS_REMOTE_READ, NULL));
+
+	/* W named X's earlier binding: its bytes through X fail, its MR part works. */
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, BASE + 4096,
+						 w->rkey));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 16, BASE + 4090,
+						 w->rkey));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(0, check_range(self, w, map, 0, 4096, 15));
+	/* Deallocating X leaves W's MR part working too; V read X's current binding. */
+	EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, BASE, v->rkey));
+	EXPECT_EQ(0, ibv_dealloc_mw(x));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 8, BASE, v->rkey));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(0, check_range(self, w, map, 0, 4096, 16));
+	EXPECT_EQ(0, ibv_dealloc_mw(v));
+	EXPECT_EQ(0, ibv_dealloc_mw(w));
+	EXPECT_EQ(0, ibv_dealloc_mw(t2));
 }
 
 /* An MR under a bound layout refuses deregistration until the window lets it go. */

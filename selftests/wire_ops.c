@@ -47,10 +47,13 @@
  * the server (a rodp device) grants its MR non-contiguous binding and binds an INTERLEAVED
  * layout to a type 1 window at XBASE: XA_N 12-byte elements from a 2-D grid (1 KiB and 8 KiB
  * apart), two per cycle, with XB_N 8-byte elements 1 KiB apart, one per cycle (the grid runs
- * out first, the rest are the second entry's alone). Its key and address go to the client,
+ * out first, the rest are the second entry's alone). The second entry goes through a window of
+ * its own (nesting, depth 2): an inner window at XBASE_IN presents the 8-byte elements back to
+ * back, and the outer entry takes them from there; the map is the same as without it. The
+ * outer window's key and address go to the client,
  * which knows nothing of layouts (rxe does as well as rodp): it WRITEs the whole window in one
  * message, READs it back, adds 1 with FETCH_ADD at two window offsets that lie within one
- * element each, and last tries a FETCH_ADD whose 8 bytes span two elements, which must end in
+ * element each (one of each entry), and last tries a FETCH_ADD whose 8 bytes span two elements, which must end in
  * IBV_WC_REM_INV_REQ_ERR. The server then compares its whole MR with the model of
  * rodp_xmw_model.h: every written byte where the layout puts it, nothing else touched.
  */
@@ -203,6 +206,7 @@ static int client(struct ibv_qp *qp, struct ibv_cq *cq, uint8_t *buf, struct ibv
 
 /* -x: the window's layout (see the comment at the top) and where it lives. */
 #define XBASE 0x5a0000000000ULL
+#define XBASE_IN 0x5b0000000000ULL
 #define XA_N 64
 #define XB_N 64
 #define XTOTAL (XA_N * 12 + XB_N * 8)
@@ -222,10 +226,13 @@ static struct layout xlayout(struct ibv_mr *mr, const uint8_t *buf)
 			(const __u64[][2]){ { 1024, XB_N } }) } };
 }
 
-/* The server's window over mr, bound through qp: its key in *rkey. */
+/* The server's window over mr, bound through qp: its key in *rkey, the inner window (see the
+ * comment at the top) in *in. */
 static struct ibv_mw *xbind(struct dev *d, struct ibv_qp *qp, struct ibv_mr *mr,
-			    const uint8_t *buf, uint32_t *rkey)
+			    const uint8_t *buf, uint32_t *rkey, struct ibv_mw **in)
 {
+	const unsigned int rights = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_ATOMIC;
 	struct layout l = xlayout(mr, buf);
 	struct ibv_mw *mw;
 	uint64_t total = 0;
@@ -235,11 +242,21 @@ static struct ibv_mw *xbind(struct dev *d, struct ibv_qp *qp, struct ibv_mr *mr,
 		errno = e;
 		return NULL;
 	}
+	*in = rodp_xmw_alloc_mw_ex(d->pd, IBV_MW_TYPE_1, 1);
+	if (!*in)
+		return NULL;
+	e = rodp_xmw_bind_layout(qp, *in, XBASE_IN, rights, RODP_XMW_KIND_COMPOSITE, &l.e[1], 1,
+				 &total);
+	if (e || total != XB_N * 8) {
+		fprintf(stderr, "wire_ops: bind the inner layout: %s\n", strerror(e));
+		errno = e ? e : EINVAL;
+		return NULL;
+	}
+	l.e[1] = xmw_ent((*in)->rkey, XBASE_IN, 8, 1, 1, (const __u64[][2]){ { 8, XB_N } });
 	mw = rodp_xmw_alloc_mw_ex(d->pd, IBV_MW_TYPE_1, 2);
 	if (!mw)
 		return NULL;
-	e = rodp_xmw_bind_layout(qp, mw, XBASE, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
-				 IBV_ACCESS_REMOTE_ATOMIC, l.kind, l.e, l.n, &total);
+	e = rodp_xmw_bind_layout(qp, mw, XBASE, rights, l.kind, l.e, l.n, &total);
 	if (e || total != XTOTAL) {
 		fprintf(stderr, "wire_ops: bind layout: %s, total %llu\n", strerror(e),
 			(unsigned long long)total);
@@ -725,7 +742,7 @@ int main(int argc, char **argv)
 	uint8_t *buf;
 	int c, s, bad = 0, gid_index = -1, vanish = 0, mc = 0, streams = 0, rounds = 1, big = 0;
 	int xmw = 0;
-	struct ibv_mw *mw = NULL;
+	struct ibv_mw *mw = NULL, *mw_in = NULL;
 	size_t len;
 
 	while ((c = getopt(argc, argv, "d:g:c:vmsbxr:")) != -1) {
@@ -785,7 +802,7 @@ int main(int argc, char **argv)
 	mine = (struct info){ .qpn = qp->qp_num, .rkey = mr->rkey, .addr = (uintptr_t)buf,
 			      .gid = d.gid };
 	if (xmw && !host) {
-		mw = xbind(&d, qp, mr, buf, &mine.rkey);
+		mw = xbind(&d, qp, mr, buf, &mine.rkey, &mw_in);
 		if (!mw)
 			return fail("bind the layout");
 		mine.addr = XBASE;
@@ -887,6 +904,8 @@ out:
 	close(s);
 	if (mw)
 		ibv_dealloc_mw(mw);
+	if (mw_in)
+		ibv_dealloc_mw(mw_in);
 	ibv_destroy_qp(qp);
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);

@@ -144,7 +144,7 @@ fn window(
     fault: bool,
 ) -> Result<(), Fault> {
     let w = qp.tables.window(s.lkey).ok_or(Fault::Key)?;
-    let pieces = w.local(qp.pd, s.lkey, s.addr, s.length.into(), need)?;
+    let pieces = w.local(&qp.tables, qp.pd, s.lkey, s.addr, s.length.into(), need)?;
     let write = need & access::LOCAL_WRITE != 0;
     for (mr, off, len) in pieces {
         if fault {

@@ -476,7 +476,7 @@ cases() {
 	# the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m: ibv_attach_mcast alone,
 	# the device makes its netdev join the IP group), READs of 64 KiB, atomics, ATOMIC WRITE
 	# and FLUSH, an extended window's layout (wire_ops -x: rxe writes, reads and adds through
-	# it knowing nothing of layouts). (rdma_cm's mckey is not here: its sender destroys its QP right after
+	# it knowing nothing of layouts; part of it through a nested window). (rdma_cm's mckey is not here: its sender destroys its QP right after
 	# posting, before a software device has sent its datagrams.)
 	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
