@@ -951,3 +951,110 @@ impl MwShared {
             .map_err(|_| ())
     }
 }
+
+#[kunit_tests(rodp_mw)]
+mod tests {
+    use super::*;
+    use crate::xmw::layout::{Dim, MAX_DIMS};
+
+    fn later(at: usize, addr: u64) -> Later {
+        Later {
+            at,
+            index: 0,
+            serial: 0,
+            addr,
+            len: 1,
+        }
+    }
+
+    #[test]
+    fn nested_pieces_take_their_places() -> Result {
+        let mut out = KVVec::new();
+        for i in 0..3u64 {
+            out.push((i, 0, 0), GFP_KERNEL)?;
+        }
+        let mut l = KVVec::new();
+        for (at, addr) in [(0, 10), (2, 20), (2, 30), (3, 40)] {
+            l.push(later(at, addr), GFP_KERNEL)?;
+        }
+        let all = splice(out, l, |l, v| push_piece(v, (l.addr, 0, 0))).map_err(|_| EINVAL)?;
+        let order = [10, 0, 1, 20, 30, 2, 40];
+        assert_eq!(all.len(), order.len());
+        assert!(all.iter().zip(order).all(|(p, want)| p.0 == want));
+        Ok(())
+    }
+
+    #[test]
+    fn an_access_gets_at_most_max_pieces() -> Result {
+        let mut out = KVVec::new();
+        out.push((0u64, 0, 0), GFP_KERNEL)?;
+        let mut l = KVVec::new();
+        l.push(later(1, 0), GFP_KERNEL)?;
+        let many = |_: &Later, v: &mut Pieces<u64>| {
+            for i in 0..xmw::MAX_PIECES as u64 {
+                push_piece(v, (i, 0, 0))?;
+            }
+            Ok(())
+        };
+        assert!(splice(out, l, many).is_err());
+        Ok(())
+    }
+
+    /// A window bound to one entry naming window 7's binding 3: 8-byte elements `stride`
+    /// apart, four of them, at 0x1000 in that window.
+    fn through_window(stride: u64) -> Result<Bound> {
+        let mut dims = [Dim {
+            stride: 0,
+            count: 1,
+        }; MAX_DIMS];
+        dims[0] = Dim { stride, count: 4 };
+        let mut entries = KVec::new();
+        entries.push(
+            Entry {
+                obj: Obj::Window(7, 3),
+                start: 0x1000,
+                len: 8,
+                repeat: 1,
+                dims,
+                ndims: 1,
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(Bound {
+            target: Target::Layout {
+                kind: Kind::Composite,
+                entries,
+                total: 32,
+                nested: true,
+            },
+            base: 0,
+            rights: RIGHTS,
+            zero_based: false,
+            qp: None,
+        })
+    }
+
+    /// The nested pieces an access of `[off, off + len)` of `b` leaves to resolve.
+    fn laters(b: &Bound, off: u64, len: u64) -> Result<KVVec<Later>> {
+        let (mut out, mut later) = (KVVec::new(), KVVec::new());
+        b.pieces(off, len, &mut out, &mut later, |_| Ok(0u8))
+            .map_err(|_| EINVAL)?;
+        assert!(out.is_empty());
+        Ok(later)
+    }
+
+    #[test]
+    fn consecutive_bytes_of_a_window_are_one_piece() -> Result {
+        let back_to_back = laters(&through_window(8)?, 4, 24)?;
+        assert_eq!(back_to_back.len(), 1);
+        let l = &back_to_back[0];
+        assert_eq!((l.index, l.serial, l.addr, l.len), (7, 3, 0x1004, 24));
+        let apart = laters(&through_window(16)?, 0, 32)?;
+        assert_eq!(apart.len(), 4);
+        assert!(apart
+            .iter()
+            .enumerate()
+            .all(|(i, l)| l.addr == 0x1000 + 16 * i as u64 && l.len == 8 && l.at == 0));
+        Ok(())
+    }
+}
