@@ -1369,6 +1369,45 @@ TEST_F(objs, a_layout_names_a_window)
 	EXPECT_EQ(0, ibv_dealloc_mw(t2));
 }
 
+/*
+ * The searches one access makes in inner layouts cost at most 2^21 entry visits (xmw.rst,
+ * "Nesting"): a window of 256 one-byte entries interleaved costs 256 * 513 a search, so 15
+ * separate bytes of it read through an outer window fit and 16 are a remote access error.
+ */
+TEST_F(objs, a_nested_access_has_a_bounded_cost)
+{
+	static struct rodp_xmw_entry big[256];
+	unsigned char *m = (unsigned char *)self->mem, *b0 = (unsigned char *)self->rc.buf[0];
+	struct ibv_mw *x = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 256);
+	struct ibv_mw *w = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 1);
+	struct layout l;
+	uint64_t total = 0;
+
+	ASSERT_NE(NULL, x);
+	ASSERT_NE(NULL, w);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	for (int i = 0; i < 256; i++)
+		big[i] = ent(self->mr, m + i, 1, 1, 0, NULL);
+	ASSERT_EQ(0, rodp_xmw_bind_layout(self->rc.qp[1], x, BASE, WIN_RIGHTS,
+					  RODP_XMW_KIND_INTERLEAVED, big, 256, &total));
+	ASSERT_EQ(256, total);
+	/* Every other byte of X, 16 of them: 16 pieces to resolve. */
+	l = (struct layout){ RODP_XMW_KIND_COMPOSITE, 1,
+			     { xmw_ent(x->rkey, BASE, 1, 1, 1, (const __u64[][2]){ { 2, 16 } }) } };
+	ASSERT_EQ(0, bind_layout(self, w, &l, WIN_RIGHTS, &total));
+	ASSERT_EQ(16, total);
+	fill(m, 256, 21);
+	memset(b0, 0, 16);
+	EXPECT_EQ(IBV_WC_SUCCESS, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 15, BASE, w->rkey));
+	for (int j = 0; j < 15; j++)
+		EXPECT_EQ(m[2 * j], b0[j]);
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, rc_xfer(&self->rc, IBV_WR_RDMA_READ, 0, 16, BASE,
+						 w->rkey));
+	ASSERT_EQ(0, rc_reset_pair(&self->rc));
+	EXPECT_EQ(0, ibv_dealloc_mw(w));
+	EXPECT_EQ(0, ibv_dealloc_mw(x));
+}
+
 /* An MR under a bound layout refuses deregistration until the window lets it go. */
 TEST_F(objs, an_mr_under_a_layout_stays_until_the_window_lets_go)
 {
