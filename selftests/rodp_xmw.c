@@ -877,7 +877,7 @@ TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through
 		struct rc_pair rc;
 		struct ibv_mw *mw;
 		struct ibv_mr *mr;
-		struct layout l;
+		struct layout l, foreign;
 		struct ibv_wc wc;
 		uint64_t total = 0;
 		struct dev d;
@@ -905,6 +905,14 @@ TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through
 						.rkey = key, .addr = BASE,
 						.access = WIN_RIGHTS | IBV_ACCESS_LOCAL_WRITE,
 						.kind = l.kind, .entries = l.e, .num_entries = l.n };
+		/* The parent's (root's) MR named by its key: of another PD, refused at the stage,
+		 * nothing posted. */
+		foreign = l;
+		foreign.e[0].key = self->mr->lkey;
+		bw.entries = foreign.e;
+		if (rodp_xmw_post_bind_layout(rc.qp[1], mw, &bw, &total) != EINVAL)
+			_exit(12);
+		bw.entries = l.e;
 		if (rodp_xmw_post_bind_layout(rc.qp[1], mw, &bw, &total) || total != n)
 			_exit(4);
 		if (complete1(rc.cq[1], &op) != IBV_WC_SUCCESS || op != IBV_WC_BIND_MW)
@@ -914,9 +922,8 @@ TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through
 		fill(rc.buf[0], n, 21);
 		if (rc_xfer(&rc, IBV_WR_RDMA_WRITE, 0, n, BASE, key) != IBV_WC_SUCCESS)
 			_exit(6);
-		for (size_t i = 0; i < n; i++)
-			if (*(unsigned char *)(uintptr_t)map[i] != (unsigned char)rc.buf[0][i])
-				_exit(7);
+		if (mismatches((unsigned char *)rc.buf[0], map, n))
+			_exit(7);
 		/* QP 1 sends the window's bytes, gathered through its key, into QP 0's buffer. */
 		memset(rc.buf[0], 0, n);
 		if (post_recv(rc.qp[0], rc.buf[0], n, rc.mr[0]->lkey, 2) ||
@@ -924,9 +931,8 @@ TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through
 		    poll1(rc.cq[1], &wc, 30000) != 1 || wc.status != IBV_WC_SUCCESS ||
 		    poll1(rc.cq[0], &wc, 30000) != 1 || wc.status != IBV_WC_SUCCESS)
 			_exit(8);
-		for (size_t i = 0; i < n; i++)
-			if (*(unsigned char *)(uintptr_t)map[i] != (unsigned char)rc.buf[0][i])
-				_exit(9);
+		if (mismatches((unsigned char *)rc.buf[0], map, n))
+			_exit(9);
 		/* Its own LOCAL_INV ends the binding: the MR is let go. */
 		inv.invalidate_rkey = key;
 		if (ibv_post_send(rc.qp[1], &inv, &bad) || complete1(rc.cq[1], NULL) != IBV_WC_SUCCESS)
