@@ -56,6 +56,10 @@ const RIGHTS: u32 = access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_
 /// nothing for a window (rxe accepts it too, and rdma-core's tests pass it).
 const BIND_ACCESS: u32 = RIGHTS | access::ZERO_BASED | access::LOCAL_WRITE;
 
+/// Access bits of a layout's binding that let the device write the memory under it: every
+/// MR below must be writable (an MR entry's own access, a window entry's binding).
+const WRITES: u32 = access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE;
+
 /// What a window is bound to.
 enum Target {
     /// `length` bytes of one MR from `mr_off` (an ordinary bind).
@@ -756,8 +760,7 @@ impl MwShared {
         qp: &QpShared,
         l: &Shaped,
     ) -> Result<KVec<Entry<Obj>>> {
-        let writes =
-            l.access & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
+        let writes = l.access & WRITES;
         let mut entries = KVec::with_capacity(l.entries.len(), GFP_KERNEL_ACCOUNT)?;
         for e in l.entries.iter() {
             if keys::is_window(e.obj) {
@@ -813,7 +816,7 @@ impl MwShared {
         if self.type2 && !(type2 && b.qp == Some(qp.serial)) {
             return Err(EINVAL);
         }
-        let writes = acc & (access::REMOTE_WRITE | access::REMOTE_ATOMIC | access::LOCAL_WRITE);
+        let writes = acc & WRITES;
         if b.rights & acc & RIGHTS != acc & RIGHTS || (writes != 0 && !b.writable()) {
             return Err(EACCES);
         }

@@ -860,13 +860,25 @@ TEST_F(objs, a_layout_over_odp_memory_carries_its_data)
  * An unprivileged user binds a layout of its own memory through the send queue of its own QP
  * (type 2B) and names the window's key in its own local SGEs: nothing needs privilege, a peer
  * WRITE lands in window order, a SEND gathers through the key, and its LOCAL_INV ends the
- * binding (the MR deregisters).
+ * binding (the MR deregisters). A layout naming root's MR, or root's bound window (nesting),
+ * by its key is refused before anything is posted.
  */
 TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through_the_key)
 {
+	struct ibv_mw *x = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 1);
+	struct layout col = { RODP_XMW_KIND_COMPOSITE, 1,
+			      { ent(self->mr, self->mem + 8, 8, 1, 1,
+				    (const __u64[][2]){ { 512, 64 } }) } };
+	__u32 xkey;
+	pid_t pid;
 	int st;
-	pid_t pid = fork();
 
+	/* Root's window X, 512 bytes of root's memory, bound while the child runs. */
+	ASSERT_NE(NULL, x);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(self->mr));
+	ASSERT_EQ(0, bind_layout(self, x, &col, WIN_RIGHTS, NULL));
+	xkey = x->rkey;
+	pid = fork();
 	ASSERT_LE(0, pid);
 	if (!pid) {
 		struct ibv_send_wr inv = { .wr_id = 4, .opcode = IBV_WR_LOCAL_INV,
@@ -912,6 +924,13 @@ TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through
 		bw.entries = foreign.e;
 		if (rodp_xmw_post_bind_layout(rc.qp[1], mw, &bw, &total) != EINVAL)
 			_exit(12);
+		/* Root's window X as the second entry, its footprint (316 bytes) inside X and its
+		 * rights covered: only its PD is wrong. */
+		foreign = l;
+		foreign.e[1] = xmw_ent(xkey, BASE, 4, 2, 1, (const __u64[][2]){ { 8, 40 } });
+		bw.entries = foreign.e;
+		if (rodp_xmw_post_bind_layout(rc.qp[1], mw, &bw, &total) != EINVAL)
+			_exit(13);
 		bw.entries = l.e;
 		if (rodp_xmw_post_bind_layout(rc.qp[1], mw, &bw, &total) || total != n)
 			_exit(4);
@@ -942,6 +961,7 @@ TEST_F(objs, an_unprivileged_user_binds_through_the_send_queue_and_sends_through
 	ASSERT_EQ(pid, waitpid(pid, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st));
 	EXPECT_EQ(0, WEXITSTATUS(st));
+	EXPECT_EQ(0, ibv_dealloc_mw(x));
 }
 
 /* Each validity rule of xmw.rst's table that a bind by call can break, with its errno. */

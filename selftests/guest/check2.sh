@@ -323,9 +323,39 @@ vlan() {
 # lossy ROLE ARGS...: ROLE over a bad link. netem on this guest's NIC (both guests run it)
 # drops 2 % of the packets it sends, duplicates 1 %, delays them by 2 ms and sends every fourth
 # at once, ahead of the delayed ones; afterwards the qdisc's counts (dropped, duplicated) and
-# the RDMA device's counters show what the transport had to mend.
+# the RDMA device's counters show what the transport had to mend. One kind of packet passes
+# unharmed: the CM's DREQ (a MAD to QP1). An rdma_cm program that destroys its ID right after
+# rdma_disconnect() (rping's client) takes the DREQ's retransmissions with it (cm.c cancels
+# the MAD of an ID in DREQ_SENT when it is destroyed), so a lost DREQ would leave the server
+# connected and waiting for ever, whatever the device; every other CM message is retried by
+# the CM while its ID lives, and goes through netem like the rest.
 lossy() {
+	netem_spare=dreq
 	netem_run "loss 2% duplicate 1% delay 2ms reorder 25% 50%" "$@"
+	lrc=$?
+	netem_spare=
+	return $lrc
+}
+
+# netem_qdisc NETEM: NETEM as this guest's NIC's root qdisc. With netem_spare=dreq, the root
+# is a prio qdisc whose second band holds netem and whose first, plain, band takes only the
+# CM's DREQs: IPv4 without options (the kernel sends none), UDP to port 4791, BTH destination
+# QP 1 (bytes 4-7 of the BTH, at 32), and in the MAD after BTH and DETH (at 48) management
+# class 7 (CM, at 49) and attribute 0x0015 (DREQ, at 64).
+netem_qdisc() {
+	if [ "${netem_spare:-}" != dreq ]; then
+		# shellcheck disable=SC2086 # the options are words
+		tc qdisc replace dev "$nic" root netem $1
+		return
+	fi
+	tc qdisc replace dev "$nic" root handle 1: prio bands 2 \
+		priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 &&
+		# shellcheck disable=SC2086 # the options are words
+		tc qdisc add dev "$nic" parent 1:2 handle 20: netem $1 &&
+		tc filter add dev "$nic" parent 1: protocol ip prio 1 u32 \
+			match ip protocol 17 0xff match ip dport 4791 0xffff \
+			match u32 0x00000001 0x00ffffff at 32 match u8 0x07 0xff at 49 \
+			match u16 0x0015 0xffff at 64 flowid 1:1
 }
 
 # shallow ROLE ARGS...: ROLE over a slow link with a shallow queue: netem on this guest's NIC
@@ -347,20 +377,26 @@ netem_run() {
 	lopts=$1 lside=$2 lfn=$3
 	shift 3
 	[ "$lside" = ready ] && { $lfn ready "$@"; return; }
-	# shellcheck disable=SC2086 # the options are words
-	tc qdisc replace dev "$nic" root netem $lopts || return 1
+	netem_qdisc "$lopts" || return 1
 	$lfn "$lside" "$@" &
 	lpid=$!
-	# A program still running after 100 s is stuck: its QPs' state (the PSNs each side is
-	# at) goes to the log before run's time limit ends it.
-	for i in $(seq 500); do
-		kill -0 $lpid 2>/dev/null || break
+	# A program still running after 100 s (of the guest's clock: under TCG a loop of
+	# sleeps takes longer than its sleeps) is stuck: its QPs' state (the PSNs each side is
+	# at) and its rdma_cm IDs go to the log before run's time limit ends it.
+	lt0=$(cut -d. -f1 /proc/uptime)
+	while kill -0 $lpid 2>/dev/null; do
+		if [ $(($(cut -d. -f1 /proc/uptime) - lt0)) -ge 100 ]; then
+			rdma -dd resource show qp
+			rdma resource show cm_id
+			break
+		fi
 		sleep 0.2
 	done
-	kill -0 $lpid 2>/dev/null && rdma -dd resource show qp
 	lrc=0
 	wait $lpid || lrc=$?
 	tc -s qdisc show dev "$nic" | tee /tmp/netem.stats
+	# The DREQs spared went through class 1:1.
+	[ "${netem_spare:-}" != dreq ] || tc -s class show dev "$nic"
 	tc qdisc del dev "$nic" root
 	rdma statistic show link "$dev/1"
 	return $lrc
