@@ -157,6 +157,22 @@ impl MrRef {
         }
     }
 
+    /// Whether this holds `mr`.
+    pub(crate) fn is(&self, mr: &Arc<MrShared>) -> bool {
+        Arc::ptr_eq(self.mr.obj(), mr)
+    }
+
+    /// Whether `o` is an access to the same registration made the same way (through the same
+    /// windows, which deallocation waits for).
+    pub(crate) fn same(&self, o: &MrRef) -> bool {
+        let w = |a: &Option<Pass<MwShared>>, b: &Option<Pass<MwShared>>| match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a.obj(), b.obj()),
+            _ => false,
+        };
+        self.is(o.mr.obj()) && w(&self._window, &o._window) && w(&self._outer, &o._outer)
+    }
+
     /// The registration, to hold outside the access (see `engine::fault`).
     pub(crate) fn shared(&self) -> Arc<MrShared> {
         self.mr.obj().clone()

@@ -1715,6 +1715,129 @@ TEST_F(wire, hostile_requests_at_a_layout_window_get_naks_and_write_nothing)
 }
 
 /*
+ * Requests through a nested window (Documentation/xmw.rst, "Nesting"), hand-made. W, at XBASE,
+ * is a COMPOSITE of 256 bytes of the MR and the 512 bytes of window X (64 cells of 8 bytes 64
+ * apart, bound at XBASE2). Served: a WRITE of all of W (one packet) and an atomic into X's first
+ * cell. Refused, each on a fresh connection, nothing written: an atomic over W's seam (invalid
+ * request); once X is bound again (a new binding, which W's layout does not name), a WRITE over
+ * the seam, one into X's part and an atomic there (remote access error), while a READ of W's MR
+ * part is still served; once X is deallocated, a WRITE into its part (remote access error).
+ */
+#define XBASE2 0x5b0000000000ULL
+#define NTOTAL (256 + 512)
+
+/* READ of n bytes at XBASE through key at psn: served, the bytes of want. */
+static void read_served(struct _test_data_wire *self, struct __test_metadata *_metadata,
+			uint32_t psn, uint32_t key, const uint8_t *want, uint32_t n)
+{
+	struct pkt p, a;
+
+	bth(&p, READ_REQ, self->qp->qp_num, psn, 1);
+	reth(&p, XBASE, key, n);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(READ_RESP_ONLY, a.b[0]);
+	EXPECT_EQ(0, memcmp(a.b + 16, want, n));
+}
+
+TEST_F(wire, hostile_requests_through_a_nested_window_get_naks_and_write_nothing)
+{
+	static __u64 map[NTOTAL];
+	static uint8_t before[BUF_LEN];
+	const unsigned int rights = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_ATOMIC;
+	struct ibv_mr *mr = ibv_reg_mr(self->d.pd, self->buf, BUF_LEN,
+				       ALL_ACCESS | IBV_ACCESS_MW_BIND);
+	uint64_t va = (uintptr_t)self->buf, total = 0, v;
+	uint8_t data[NTOTAL];
+	struct layout col, l;
+	struct ibv_mw *x, *w;
+	struct pkt p, a;
+	uint32_t key;
+	const struct { const char *name; int atomic; uint64_t off; uint32_t len; } stale[] = {
+		{ "WRITE over the seam", 0, 248, 16 },
+		{ "WRITE into the inner window's part", 0, 256, 64 },
+		{ "atomic into the inner window's part", 1, 256, 8 },
+	};
+
+	ASSERT_NE(NULL, mr);
+	ASSERT_EQ(0, rodp_xmw_grant_noncontig(mr));
+	x = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 1);
+	w = rodp_xmw_alloc_mw_ex(self->d.pd, IBV_MW_TYPE_1, 2);
+	ASSERT_NE(NULL, x);
+	ASSERT_NE(NULL, w);
+	col = (struct layout){ RODP_XMW_KIND_COMPOSITE, 1, {
+		xmw_ent(mr->lkey, va + 8192, 8, 1, 1, (const __u64[][2]){ { 64, 64 } }) } };
+	ASSERT_EQ(512, xmw_model(&col, map + 256, 512));
+	ASSERT_EQ(0, rodp_xmw_bind_layout(self->qp, x, XBASE2, rights, col.kind, col.e, col.n,
+					  &total));
+	l = (struct layout){ RODP_XMW_KIND_COMPOSITE, 2, {
+		xmw_ent(mr->lkey, va, 256, 1, 0, NULL),
+		xmw_ent(x->rkey, XBASE2, 512, 1, 0, NULL) } };
+	ASSERT_EQ(0, rodp_xmw_bind_layout(self->qp, w, XBASE, rights, l.kind, l.e, l.n, &total));
+	ASSERT_EQ(NTOTAL, total);
+	for (size_t i = 0; i < 256; i++)
+		map[i] = va + i;
+	key = w->rkey;
+	fill(self->buf, BUF_LEN, 10);
+	fill(data, NTOTAL, 11);
+
+	/* Served: all of W in one packet, then an atomic into X's first cell (at va + 8192). */
+	write_pkt(self, &p, WRITE_ONLY, 0, XBASE, key, NTOTAL, data, NTOTAL);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+	for (size_t i = 0; i < NTOTAL; i++) {
+		ASSERT_EQ(data[i], *(uint8_t *)(uintptr_t)map[i]) TH_LOG("window byte %zu", i);
+	}
+	fetch_add_pkt(&p, self->qp->qp_num, 1, XBASE + 256, key, 1);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+	EXPECT_EQ(ATOMIC_ACK, a.b[0]);
+	memcpy(&v, data + 256, 8);
+	EXPECT_EQ(v, get64(a.b + 16));
+
+	/* 8 bytes over the seam (window 252..260): two elements, an invalid request. */
+	memcpy(before, self->buf, BUF_LEN);
+	reconnect(self, _metadata);
+	fetch_add_pkt(&p, self->qp->qp_num, 0, XBASE + 252, key, 1);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x61, 0);
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+	EXPECT_EQ(0, memcmp(before, self->buf, BUF_LEN));
+
+	/* X bound again: W's layout names the binding before, so its part of W is gone. */
+	ASSERT_EQ(0, rodp_xmw_bind_layout(self->qp, x, XBASE2, rights, col.kind, col.e, col.n,
+					  &total));
+	for (size_t k = 0; k < sizeof(stale) / sizeof(stale[0]); k++) {
+		reconnect(self, _metadata);
+		if (stale[k].atomic)
+			fetch_add_pkt(&p, self->qp->qp_num, 0, XBASE + stale[k].off, key, 1);
+		else
+			write_pkt(self, &p, WRITE_ONLY, 0, XBASE + stale[k].off, key,
+				  stale[k].len, data, stale[k].len);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		EXPECT_ACK(&self->w, ACK, 0x62, 0);
+		EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp)) TH_LOG("%s", stale[k].name);
+		EXPECT_EQ(0, memcmp(before, self->buf, BUF_LEN)) TH_LOG("%s", stale[k].name);
+	}
+	/* W's own part still works. */
+	reconnect(self, _metadata);
+	read_served(self, _metadata, 0, key, data, 256);
+
+	/* X deallocated: its part of W reaches nothing; the MR part is still served. */
+	EXPECT_EQ(0, ibv_dealloc_mw(x));
+	reconnect(self, _metadata);
+	write_pkt(self, &p, WRITE_ONLY, 0, XBASE + 256, key, 16, data, 16);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x62, 0);
+	EXPECT_EQ(0, memcmp(before, self->buf, BUF_LEN));
+	reconnect(self, _metadata);
+	read_served(self, _metadata, 0, key, data, 256);
+	EXPECT_EQ(0, ibv_dealloc_mw(w));
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+}
+
+/*
  * A valid packet of kind k (0-5) at the fixture's QP, from which the mutations start: SENDs,
  * a WRITE and a READ into the MR, both atomics, an ACK nobody asked for.
  */

@@ -1849,8 +1849,8 @@ fn read(qp: &Arc<QpShared>, tx: Option<&Tx>, m: &Message<'_>, psn: Psn, msn: u32
         }
         let off = i as usize * size;
         let k = size.min(len - off);
-        while first < segs.len() && off - before >= segs[first].len {
-            before += segs[first].len;
+        while first < segs.len() && off - before >= segs[first].bytes() {
+            before += segs[first].bytes();
             first += 1;
         }
         let rest = &segs[first..];

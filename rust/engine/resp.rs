@@ -204,8 +204,10 @@ fn own(
 
 /// [`own`] for each of `segs`, in order.
 fn own_segs(dst: &Arc<QpShared>, m: &Message<'_>, segs: &[Seg], write: bool) -> Result<(), Miss> {
-    segs.iter()
-        .try_for_each(|s| own(dst, m, &s.mr, s.off, s.len, write))
+    segs.iter().try_for_each(|s| {
+        s.elements()
+            .try_for_each(|(off, len)| own(dst, m, &s.mr, off, len, write))
+    })
 }
 
 /// The answer to a copy at the responder that failed with `e`; `segs` are the responder's side
@@ -227,7 +229,7 @@ fn copy_failed(dst: &Arc<QpShared>, m: &Message<'_>, segs: &[Seg], write: bool, 
     let miss = match own_segs(dst, m, segs, write) {
         // Mapped again since: fault the first range anyway, which finds it mapped.
         Ok(()) => match segs.first() {
-            Some(s) => wait_for(dst, m, &s.mr, s.off, s.len, write),
+            Some(s) => wait_for(dst, m, &s.mr, s.run.off, s.run.len, write),
             None => Miss::Failed,
         },
         Err(miss) => miss,
@@ -431,17 +433,19 @@ fn read(dst: &Arc<QpShared>, m: &Message<'_>) -> Reply {
 /// extended window its 8 bytes must lie in one element and map to an aligned MR address
 /// (else an invalid request).
 fn remote_word(dst: &Arc<QpShared>, m: &Message<'_>, right: u32) -> Result<(MrRef, usize), Reply> {
-    let [Seg { mr, off, .. }] = match remote_segs(dst, m, 8, right)? {
+    let [Seg { mr, run }] = match remote_segs(dst, m, 8, right)? {
         Segs::One(s) => s,
         Segs::Many(v) => {
             let mut it = v.into_iter();
             match (it.next(), it.next()) {
-                (Some(s), None) if (s.mr.iova + s.off as u64) % 8 == 0 => [s],
+                (Some(s), None) if s.run.count == 1 && (s.mr.iova + s.run.off as u64) % 8 == 0 => {
+                    [s]
+                }
                 _ => return Err(Reply::Nak(Nak::InvReq)),
             }
         }
     };
-    Ok((mr, off))
+    Ok((mr, run.off))
 }
 
 /// An atomic, or an ATOMIC WRITE (its 8 bytes stored at once, after everything written

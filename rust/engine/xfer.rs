@@ -37,12 +37,98 @@ impl Scratch {
     }
 }
 
-/// A registered memory range taking part in a transfer; deregistration of its MR waits until
-/// it drops (the scatter lists are cleared after every WQE and message).
+/// Registered memory taking part in a transfer: a range of an MR, or through an extended
+/// window a run of elements of one MR (one held reference for all of them); deregistration of
+/// its MR waits until it drops (the scatter lists are cleared after every WQE and message).
 pub(crate) struct Seg {
     pub(super) mr: MrRef,
+    pub(super) run: Run,
+}
+
+/// Where a [`Seg`]'s bytes are in its MR: `count` elements of `len` bytes, the first at `off`,
+/// each `stride` bytes after the one before (a plain range is one element).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
     pub(super) off: usize,
     pub(super) len: usize,
+    pub(super) stride: usize,
+    pub(super) count: usize,
+}
+
+impl Run {
+    /// `len` bytes at `off`.
+    fn one(off: usize, len: usize) -> Self {
+        Self {
+            off,
+            len,
+            stride: 0,
+            count: 1,
+        }
+    }
+
+    /// How many bytes the run holds.
+    fn bytes(&self) -> usize {
+        self.len * self.count
+    }
+
+    /// Where byte `pos` (below [`Run::bytes`]) of the run is in the MR, and how many bytes of
+    /// its element follow from there.
+    fn at(&self, pos: usize) -> (usize, usize) {
+        if self.len == 0 {
+            return (self.off, 0);
+        }
+        let (k, b) = (pos / self.len, pos % self.len);
+        (self.off + k * self.stride + b, self.len - b)
+    }
+
+    /// Takes the element of `len` bytes at `off` as the run's next one when it is that: as
+    /// long as its elements and one stride after its last (the second element sets the
+    /// stride, any distance forward). `false` when it is not.
+    fn extend(&mut self, off: usize, len: usize) -> bool {
+        let next = match self.count {
+            1 => off >= self.off,
+            n => {
+                n.checked_mul(self.stride)
+                    .and_then(|d| self.off.checked_add(d))
+                    == Some(off)
+            }
+        };
+        if !next || len != self.len || len == 0 {
+            return false;
+        }
+        if self.count == 1 {
+            self.stride = off - self.off;
+        }
+        self.count += 1;
+        true
+    }
+}
+
+impl Seg {
+    /// `len` bytes of `mr` at `off`.
+    pub(super) fn one(mr: MrRef, off: usize, len: usize) -> Self {
+        Self {
+            mr,
+            run: Run::one(off, len),
+        }
+    }
+
+    /// How many bytes the segment holds.
+    pub(super) fn bytes(&self) -> usize {
+        self.run.bytes()
+    }
+
+    /// Where byte `pos` (below [`Seg::bytes`]) is in the MR, and how many bytes of its
+    /// element follow from there.
+    pub(super) fn at(&self, pos: usize) -> (usize, usize) {
+        self.run.at(pos)
+    }
+
+    /// The elements: the offset in the MR and the length of each.
+    pub(super) fn elements(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let r = self.run;
+        (0..r.count).map(move |k| (r.off + k * r.stride, r.len))
+    }
 }
 
 /// The responder's memory for one RDMA access: one range, or through an extended window a
@@ -56,12 +142,18 @@ impl Segs {
     /// The ranges of `r`, an access of `len` bytes.
     pub(super) fn of(r: Reach, len: usize) -> Result<Self, Fault> {
         Ok(match r {
-            Reach::One(mr, off) => Self::One([Seg { mr, off, len }]),
+            Reach::One(mr, off) => Self::One([Seg::one(mr, off, len)]),
             Reach::Pieces(p) => {
                 let flags = GFP_KERNEL | __GFP_NOWARN;
-                let mut v = KVVec::with_capacity(p.len(), flags).map_err(|_| Fault::Range)?;
+                let mut v: KVVec<Seg> = KVVec::new();
                 for (mr, off, len) in p {
-                    v.push(Seg { mr, off, len }, flags)
+                    // Elements of one MR reached the same way, one stride apart: one run.
+                    if let Some(last) = v.last_mut() {
+                        if last.mr.same(&mr) && last.run.extend(off, len) {
+                            continue;
+                        }
+                    }
+                    v.push(Seg::one(mr, off, len), flags)
                         .map_err(|_| Fault::Range)?;
                 }
                 Self::Many(v)
@@ -118,15 +210,8 @@ pub(super) fn resolve(
         // Held after the fault, so deregistration never waits for one; refused if the MR was
         // deregistered or re-registered meanwhile.
         let mr = mr.enter().ok_or(Fault::Key)?;
-        out.push(
-            Seg {
-                mr,
-                off,
-                len: s.length as usize,
-            },
-            GFP_KERNEL,
-        )
-        .map_err(|_| Fault::Range)?;
+        out.push(Seg::one(mr, off, s.length as usize), GFP_KERNEL)
+            .map_err(|_| Fault::Range)?;
     }
     if total > MAX_MSG {
         return Err(Fault::Range);
@@ -135,7 +220,8 @@ pub(super) fn resolve(
 }
 
 /// Resolves an SGE naming an extended window's key (`Documentation/xmw.rst`, "Local SGEs"):
-/// a range per element, each faulted in (with `fault`) outside the window's lock, then held.
+/// a range per element, each faulted in (with `fault`) outside the window's lock, and the
+/// elements of one MR one stride apart held once, as a run.
 fn window(
     qp: &QpShared,
     s: &Sge,
@@ -146,12 +232,20 @@ fn window(
     let w = qp.tables.window(s.lkey).ok_or(Fault::Key)?;
     let pieces = w.local(&qp.tables, qp.pd, s.lkey, s.addr, s.length.into(), need)?;
     let write = need & access::LOCAL_WRITE != 0;
+    let first = out.len();
     for (mr, off, len) in pieces {
         if fault {
             mr.touch(off, len, write).map_err(|_| Fault::Range)?;
         }
+        if out.len() > first {
+            if let Some(last) = out.last_mut() {
+                if last.mr.is(&mr) && last.run.extend(off, len) {
+                    continue;
+                }
+            }
+        }
         let mr = mr.enter().ok_or(Fault::Key)?;
-        out.push(Seg { mr, off, len }, GFP_KERNEL)
+        out.push(Seg::one(mr, off, len), GFP_KERNEL)
             .map_err(|_| Fault::Range)?;
     }
     Ok(())
@@ -161,7 +255,9 @@ fn window(
 /// worker, after the responder found one of them unmapped.
 pub(super) fn refault(segs: &[Seg], write: bool) -> Result {
     for s in segs {
-        s.mr.touch(s.off, s.len, write)?;
+        for (off, len) in s.elements() {
+            s.mr.touch(off, len, write)?;
+        }
         wq::cond_resched();
     }
     Ok(())
@@ -184,14 +280,19 @@ pub(super) fn gather(src: Src<'_>, skip: usize, out: &mut [u8], fault: bool) -> 
                 if done == out.len() {
                     break;
                 }
-                if skip >= s.len {
-                    skip -= s.len;
+                if skip >= s.bytes() {
+                    skip -= s.bytes();
                     continue;
                 }
-                let n = (s.len - skip).min(out.len() - done);
-                s.mr.read(s.off + skip, &mut out[done..done + n], fault)?;
+                // Element by element (one, for a plain range).
+                while skip < s.bytes() && done < out.len() {
+                    let (off, room) = s.at(skip);
+                    let n = room.min(out.len() - done);
+                    s.mr.read(off, &mut out[done..done + n], fault)?;
+                    skip += n;
+                    done += n;
+                }
                 skip = 0;
-                done += n;
             }
             if done != out.len() {
                 return Err(EFAULT);
@@ -215,31 +316,29 @@ pub(super) fn transfer(
     let mut di = 0;
     let mut dpos = skip;
     // Find the destination segment that holds byte `skip`.
-    while di < dst.len() && dpos >= dst[di].len {
-        dpos -= dst[di].len;
+    while di < dst.len() && dpos >= dst[di].bytes() {
+        dpos -= dst[di].bytes();
         di += 1;
     }
     let mut done = 0;
     let (mut si, mut spos) = (0usize, 0usize);
     while done < len {
         let d = dst.get(di).ok_or(EFAULT)?;
-        let room = d.len - dpos;
+        // Up to the end of the destination's element (its range, for a plain one).
+        let (doff, room) = d.at(dpos);
         let n = match src {
             Src::Inline(b) => {
                 let n = room.min(len - done);
-                d.mr.write(
-                    d.off + dpos,
-                    b.get(done..done + n).ok_or(EFAULT)?,
-                    faults.dst,
-                )?;
+                d.mr.write(doff, b.get(done..done + n).ok_or(EFAULT)?, faults.dst)?;
                 n
             }
             Src::Segs(ss) => {
                 let s = ss.get(si).ok_or(EFAULT)?;
-                let n = room.min(s.len - spos).min(len - done).min(PIECE);
-                d.mr.copy_from(d.off + dpos, &s.mr, s.off + spos, n, faults)?;
+                let (soff, sroom) = s.at(spos);
+                let n = room.min(sroom).min(len - done).min(PIECE);
+                d.mr.copy_from(doff, &s.mr, soff, n, faults)?;
                 spos += n;
-                if spos == s.len {
+                if spos == s.bytes() {
                     si += 1;
                     spos = 0;
                 }
@@ -251,10 +350,61 @@ pub(super) fn transfer(
         }
         done += n;
         dpos += n;
-        if dpos == d.len {
+        if dpos == d.bytes() {
             di += 1;
             dpos = 0;
         }
     }
     Ok(())
+}
+
+#[kunit_tests(rodp_xfer)]
+mod tests {
+    use super::*;
+
+    /// A run of the elements at `offs`, `len` bytes each, or `None` if one does not extend it.
+    fn run_of(offs: &[usize], len: usize) -> Option<Run> {
+        let mut r = Run::one(offs[0], len);
+        offs[1..].iter().all(|&o| r.extend(o, len)).then_some(r)
+    }
+
+    #[test]
+    fn elements_one_stride_apart_make_one_run() {
+        let r = run_of(&[40, 8232, 16424, 24616], 8);
+        assert_eq!(
+            r,
+            Some(Run {
+                off: 40,
+                len: 8,
+                stride: 8192,
+                count: 4
+            })
+        );
+        let r = r.unwrap_or(Run::one(0, 0));
+        assert_eq!(r.bytes(), 32);
+        // Byte 13 is byte 5 of element 1; 3 bytes of it follow.
+        assert_eq!(r.at(13), (8232 + 5, 3));
+        assert_eq!(r.at(31), (24616 + 7, 1));
+        // The same element again (stride 0) is a run too; back-to-back elements are.
+        assert!(run_of(&[64, 64, 64], 4).is_some());
+        assert_eq!(run_of(&[0, 4, 8], 4).map(|r| r.at(9)), Some((9, 3)));
+    }
+
+    #[test]
+    fn elements_out_of_step_start_a_new_run() {
+        // Another stride, another length, a step back, an empty element.
+        assert!(run_of(&[0, 100, 250], 8).is_none());
+        let mut r = Run::one(0, 8);
+        assert!(!r.extend(100, 4));
+        assert!(!r.extend(0usize.wrapping_sub(8), 8));
+        assert_eq!(r, Run::one(0, 8));
+        assert!(!Run::one(0, 0).extend(0, 0));
+        // A stride whose next step overflows ends the run.
+        let mut big = Run::one(0, 1);
+        assert!(big.extend(usize::MAX / 2 + 1, 1));
+        assert!(!big.extend(usize::MAX, 1));
+        assert_eq!(big.count, 2);
+        // An empty run holds nothing and maps no byte past its start.
+        assert_eq!(Run::one(7, 0).at(0), (7, 0));
+    }
 }
