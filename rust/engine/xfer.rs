@@ -394,10 +394,10 @@ mod tests {
     fn elements_out_of_step_start_a_new_run() {
         // Another stride, another length, a step back, an empty element.
         assert!(run_of(&[0, 100, 250], 8).is_none());
-        let mut r = Run::one(0, 8);
-        assert!(!r.extend(100, 4));
-        assert!(!r.extend(0usize.wrapping_sub(8), 8));
-        assert_eq!(r, Run::one(0, 8));
+        let mut r = Run::one(100, 8);
+        assert!(!r.extend(200, 4));
+        assert!(!r.extend(50, 8));
+        assert_eq!(r, Run::one(100, 8));
         assert!(!Run::one(0, 0).extend(0, 0));
         // A stride whose next step overflows ends the run.
         let mut big = Run::one(0, 1);
