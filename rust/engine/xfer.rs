@@ -257,8 +257,8 @@ pub(super) fn refault(segs: &[Seg], write: bool) -> Result {
     for s in segs {
         for (off, len) in s.elements() {
             s.mr.touch(off, len, write)?;
+            wq::cond_resched();
         }
-        wq::cond_resched();
     }
     Ok(())
 }
