@@ -83,6 +83,11 @@ pub(crate) struct Message<'a> {
     pub(crate) read_into: &'a [Seg],
     /// UD: Q_Key and the GRH the receiver sees.
     pub(crate) ud: Option<Ud>,
+    /// Bytes of the message after this part, at the next addresses of the same MR, that a
+    /// fault of the responder's own memory for this part may take in with it: the rest of an
+    /// RDMA WRITE arriving packet by packet (at most [`fault::AHEAD`]); 0 for a message that
+    /// arrives whole.
+    pub(crate) ahead: usize,
 }
 
 impl Message<'_> {

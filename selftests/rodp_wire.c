@@ -803,6 +803,58 @@ TEST_F(wire, atomic_write_and_flush_are_served)
 	munmap(odp, 4 * 4096);
 }
 
+/*
+ * A WRITE of 64 KiB, packet by packet, into ODP memory not mapped yet: its first packet gets
+ * an RNR NAK while one page fault takes in the whole WRITE (16 pages), and once that packet is
+ * taken every later one is placed without another RNR NAK. Each RNR NAK sends the requester
+ * back to its last acknowledged PSN: one per page made a requester (rxe's) resend its WQE
+ * over and over, and rxe's retries can then go wrong (see rodp.rst, "Over the wire").
+ */
+TEST_F(wire, write_into_odp_faults_the_whole_write_in_at_its_first_packet)
+{
+	enum { N = 64 };
+	static uint8_t data[N * MTU];
+	uint32_t q = self->qp->qp_num;
+	uint8_t *odp = mmap(NULL, sizeof(data), PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	long faults = cnt("num_page_faults"), pages = cnt("num_page_fault_pages");
+	struct ibv_mr *mr;
+	struct pkt p, a;
+	int i;
+
+	ASSERT_NE(MAP_FAILED, odp);
+	mr = ibv_reg_mr(self->d.pd, odp, sizeof(data), ALL_ACCESS | IBV_ACCESS_ON_DEMAND);
+	ASSERT_NE(NULL, mr);
+	fill(data, sizeof(data), 9);
+	/* The first packet, asking for an ACK, again after each RNR NAK until it is taken. */
+	bth(&p, WRITE_FIRST, q, 0, 1);
+	reth(&p, (uintptr_t)odp, mr->rkey, sizeof(data));
+	add(&p, data, MTU);
+	a.b[12] = 0x20;
+	for (i = 0; i < 50 && (a.b[12] & 0xe0) == 0x20; i++) {
+		if (i)
+			usleep(20000);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+		ASSERT_EQ(ACK, a.b[0]);
+		ASSERT_EQ(0, pkt_psn(&a));
+	}
+	EXPECT_LT(1, i) TH_LOG("the first packet was taken at once: was the memory mapped?");
+	ASSERT_EQ(ACK_SYN, a.b[12]) TH_LOG("syndrome 0x%x", a.b[12]);
+	/* The rest at once: the only answer is the ACK of the last. */
+	for (i = 1; i < N; i++) {
+		bth(&p, i == N - 1 ? WRITE_LAST : WRITE_MIDDLE, q, i, i == N - 1);
+		add(&p, data + i * MTU, MTU);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	}
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, N - 1);
+	EXPECT_EQ(0, memcmp(odp, data, sizeof(data)));
+	EXPECT_EQ(faults + 1, cnt("num_page_faults"));
+	EXPECT_EQ(pages + (long)sizeof(data) / 4096, cnt("num_page_fault_pages"));
+	ibv_dereg_mr(mr);
+	munmap(odp, sizeof(data));
+}
+
 /* Reads the requester's next packet, expecting op at psn. */
 #define EXPECT_REQ(w, a, op, psn) do {						\
 	ASSERT_LT(0, recv_pkt(w, a, 3000)) TH_LOG("nothing sent");		\

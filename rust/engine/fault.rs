@@ -24,12 +24,19 @@ use kernel::{
     },
 };
 
+/// The most bytes a fault takes in beyond the range a delivery found unmapped
+/// (`Message::ahead`; mlx5 prefetches up to 4 MiB of an RDMA request in its responder's
+/// page fault, `MAX_PREFETCH_LEN` in its `odp.c`).
+pub(crate) const AHEAD: usize = 1 << 20;
+
 /// A range of a responder's own memory to fault in.
 #[derive(Clone)]
 pub(crate) struct Want {
     mr: Arc<MrShared>,
     off: usize,
     len: usize,
+    /// Bytes after the range taken in with it when they can be (see [`run`]).
+    ahead: usize,
     write: bool,
 }
 
@@ -40,7 +47,18 @@ impl Want {
             mr,
             off,
             len,
+            ahead: 0,
             write,
+        }
+    }
+
+    /// The same range, with up to `n` bytes after it (within the MR) taken in too.
+    pub(crate) fn ahead(self, n: usize) -> Self {
+        let end = self.off.saturating_add(self.len);
+        let room = usize::try_from(self.mr.length).map_or(usize::MAX, |l| l.saturating_sub(end));
+        Self {
+            ahead: n.min(room),
+            ..self
         }
     }
 
@@ -247,7 +265,15 @@ pub(crate) fn run(qp: &Arc<QpShared>) {
     let r = match w.mr.enter() {
         Some(access) => {
             drop(access);
-            w.mr.touch(w.off, w.len, w.write)
+            // The bytes ahead are a bonus: when they cannot be taken in (a hole after the
+            // range, read-only memory), the range alone decides.
+            match w.ahead {
+                0 => w.mr.touch(w.off, w.len, w.write),
+                n => {
+                    w.mr.touch(w.off, w.len + n, w.write)
+                        .or_else(|_| w.mr.touch(w.off, w.len, w.write))
+                }
+            }
         }
         None => Err(ENOENT),
     };

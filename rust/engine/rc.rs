@@ -36,11 +36,13 @@
 //! last [`ATOMIC_CACHE`] results. Its memory is the QP's own: a page of ODP memory that is not
 //! mapped is handed to the QP's fault work and the packet gets an RNR NAK with the QP's
 //! `min_rnr_timer`, so that the peer sends it again once the fault had time to end (mlx5's
-//! answer to a responder page fault too). Memory that cannot be faulted in gets the NAK a local
+//! answer to a responder page fault too). A WRITE's fault takes in the rest of the WRITE with
+//! the packet's pages (up to `fault::AHEAD`), so that one RNR NAK serves the whole WRITE. Memory that cannot be faulted in gets the NAK a local
 //! requester would see as `REM_ACCESS_ERR` or `REM_OP_ERR`.
 
 use super::{
     comp::Exec,
+    fault,
     packet::{
         header::{
             Aeth, AtomicAckEth, AtomicEth, Bth, Headers, Ieth, ImmDt, NakCode, Packet, Reth,
@@ -1522,6 +1524,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         flush: p.hdr.feth,
         read_into: &[],
         ud: None,
+        ahead: 0,
     };
     if p.info.kind == Kind::AtomicWrite {
         // Its 8 bytes, in memory order (the parser took exactly 8).
@@ -1758,9 +1761,17 @@ fn execute_in_order(
                     return Reply::Nak(Nak::Access);
                 }
             }
+            // A fault for this packet takes in the pages of the packets still to come with it
+            // (one RNR NAK for the WRITE, not one per page: each sends its requester back).
+            let ahead = if keys::is_window(rkey) {
+                0
+            } else {
+                usize::try_from(resid - len).map_or(fault::AHEAD, |n| n.min(fault::AHEAD))
+            };
             let part = Message {
                 remote_addr: va,
                 rkey,
+                ahead,
                 ..*m
             };
             let r = resp::write_part(qp, rq, &part, total, pos.ends());

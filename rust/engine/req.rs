@@ -437,6 +437,7 @@ fn execute(
         }),
         read_into: segs,
         ud: None,
+        ahead: 0,
         // A datagram never waits (see below).
         ticket: (!qp.qp_type.is_ud()).then_some(ticket),
     };

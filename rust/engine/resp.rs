@@ -174,7 +174,8 @@ fn wait_for(
     write: bool,
 ) -> Miss {
     let from = m.ticket.map(|t| (m.from, t));
-    match fault::ask(dst, from, Want::new(mr.shared(), off, len, write)) {
+    let w = Want::new(mr.shared(), off, len, write).ahead(m.ahead);
+    match fault::ask(dst, from, w) {
         Ok(()) => Miss::Wait,
         Err(_) => Miss::Failed,
     }

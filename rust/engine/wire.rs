@@ -434,6 +434,7 @@ impl Inbox {
             atomic: None,
             flush: None,
             read_into: &[],
+            ahead: 0,
             ud: Some(Ud {
                 qkey: deth.qkey,
                 sgid: ib.sgid,
