@@ -808,7 +808,7 @@ TEST_F(wire, atomic_write_and_flush_are_served)
  * an RNR NAK while one page fault takes in the whole WRITE (16 pages), and once that packet is
  * taken every later one is placed without another RNR NAK. Each RNR NAK sends the requester
  * back to its last acknowledged PSN: one per page made a requester (rxe's) resend its WQE
- * over and over, and rxe's retries can then go wrong (see rodp.rst, "Over the wire").
+ * over and over, and rxe's retries can then go wrong (see rodp.rst, "Other hosts").
  */
 TEST_F(wire, write_into_odp_faults_the_whole_write_in_at_its_first_packet)
 {
