@@ -676,18 +676,52 @@ TEST_F(wire, duplicate_atomics_are_answered_as_far_back_as_max_dest_rd_atomic)
 	ibv_destroy_qp(qp);
 }
 
-TEST_F(wire, write_beyond_the_mr_gets_access_nak_and_errors_qp)
+static void reconnect(struct _test_data_wire *self, struct __test_metadata *_metadata);
+
+/*
+ * WRITEs that break their bounds, each on a fresh connection, get a NAK and put the QP in
+ * error, the refused packet not placed: one beyond the MR (remote access); one of several
+ * packets whose RETH reaches beyond the MR, refused at its first packet, which lies inside
+ * (the whole length is checked there, as rxe does); a MIDDLE carrying all that is left of its
+ * WRITE (invalid request: its LAST could carry nothing).
+ */
+TEST_F(wire, writes_breaking_their_bounds_get_naks_and_error_the_qp)
 {
-	uint8_t data[32] = { 0 };
+	uint8_t data[MTU], zero[MTU] = { 0 };
+	uint8_t *at = self->buf + BUF_LEN - 2 * MTU;
+	uint32_t q = self->qp->qp_num;
 	struct pkt p;
 
-	bth(&p, WRITE_ONLY, self->qp->qp_num, 0, 1);
-	reth(&p, (uintptr_t)self->buf + BUF_LEN - 8, self->mr->rkey, sizeof(data));
-	add(&p, data, sizeof(data));
+	fill(data, MTU, 5);
+	bth(&p, WRITE_ONLY, q, 0, 1);
+	reth(&p, (uintptr_t)self->buf + BUF_LEN - 8, self->mr->rkey, 32);
+	add(&p, data, 32);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
-	/* NAK, remote access error. */
 	EXPECT_ACK(&self->w, ACK, 0x62, 0);
 	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+	EXPECT_EQ(0, memcmp(self->buf + BUF_LEN - 8, zero, 8));
+
+	reconnect(self, _metadata);
+	bth(&p, WRITE_FIRST, q, 0, 1);
+	reth(&p, (uintptr_t)at, self->mr->rkey, 3 * MTU);
+	add(&p, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x62, 0);
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+	EXPECT_EQ(0, memcmp(at, zero, MTU));
+
+	reconnect(self, _metadata);
+	bth(&p, WRITE_FIRST, q, 0, 0);
+	reth(&p, (uintptr_t)self->buf, self->mr->rkey, 2 * MTU);
+	add(&p, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, WRITE_MIDDLE, q, 1, 1);
+	add(&p, data, MTU);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	EXPECT_ACK(&self->w, ACK, 0x61, 1);
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+	EXPECT_EQ(0, memcmp(self->buf, data, MTU));
+	EXPECT_EQ(0, memcmp(self->buf + MTU, zero, MTU));
 }
 
 TEST_F(wire, packet_out_of_message_order_gets_invalid_request_nak)
@@ -721,6 +755,27 @@ TEST_F(wire, answers_nobody_asked_for_are_dropped)
 	EXPECT_EQ(dropped + 2, cnt("rcvd_dropped_pkts"));
 	EXPECT_EQ(0, poll1(self->cq, &wc, 100));
 	EXPECT_EQ(IBV_QPS_RTS, qp_state(self->qp));
+}
+
+/*
+ * Sends p, again every 20 ms while the answer is an RNR NAK (a page fault is under way), up to
+ * 50 times, and leaves the last answer in a; returns how many times p went out. Each RNR NAK
+ * is for p's PSN.
+ */
+static int until_taken(FIXTURE_DATA(wire) *self, struct __test_metadata *_metadata,
+		       struct pkt *p, struct pkt *a)
+{
+	int i;
+
+	a->b[0] = ACK, a->b[12] = 0x20;
+	for (i = 0; i < 50 && a->b[0] == ACK && (a->b[12] & 0xe0) == 0x20; i++) {
+		if (i)
+			usleep(20000);
+		ASSERT_EQ(0, send_pkt(&self->w, p, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, a, 3000)) TH_LOG("no answer");
+		ASSERT_EQ(pkt_psn(p), pkt_psn(a));
+	}
+	return i;
 }
 
 /*
@@ -770,15 +825,7 @@ TEST_F(wire, atomic_write_and_flush_are_served)
 	bth(&p, ATOMIC_WRITE, q, 2, 1);
 	reth(&p, (uintptr_t)odp + 8192, odp_mr->rkey, 8);
 	add(&p, &v, 8);
-	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
-	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
-	EXPECT_EQ(ACK, a.b[0]);
-	EXPECT_EQ(0x20, a.b[12] & 0xe0) TH_LOG("syndrome 0x%x", a.b[12]);
-	for (int i = 0; i < 50 && a.b[0] == ACK; i++) {
-		usleep(20000);
-		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
-		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
-	}
+	EXPECT_LT(1, until_taken(self, _metadata, &p, &a)) TH_LOG("taken without a fault");
 	EXPECT_EQ(READ_RESP_ONLY, a.b[0]);
 	EXPECT_EQ(2, pkt_psn(&a));
 	EXPECT_EQ(0, memcmp(odp + 8192, &v, 8));
@@ -830,16 +877,9 @@ TEST_F(wire, write_into_odp_faults_the_whole_write_in_at_its_first_packet)
 	bth(&p, WRITE_FIRST, q, 0, 1);
 	reth(&p, (uintptr_t)odp, mr->rkey, sizeof(data));
 	add(&p, data, MTU);
-	a.b[12] = 0x20;
-	for (i = 0; i < 50 && (a.b[12] & 0xe0) == 0x20; i++) {
-		if (i)
-			usleep(20000);
-		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
-		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
-		ASSERT_EQ(ACK, a.b[0]);
-		ASSERT_EQ(0, pkt_psn(&a));
-	}
-	EXPECT_LT(1, i) TH_LOG("the first packet was taken at once: was the memory mapped?");
+	EXPECT_LT(1, until_taken(self, _metadata, &p, &a))
+		TH_LOG("the first packet was taken at once: was the memory mapped?");
+	ASSERT_EQ(ACK, a.b[0]);
 	ASSERT_EQ(ACK_SYN, a.b[12]) TH_LOG("syndrome 0x%x", a.b[12]);
 	/* The rest at once: the only answer is the ACK of the last. */
 	for (i = 1; i < N; i++) {
@@ -853,6 +893,39 @@ TEST_F(wire, write_into_odp_faults_the_whole_write_in_at_its_first_packet)
 	EXPECT_EQ(pages + (long)sizeof(data) / 4096, cnt("num_page_fault_pages"));
 	ibv_dereg_mr(mr);
 	munmap(odp, sizeof(data));
+}
+
+/*
+ * The fault at a WRITE's first packet asks for more than the packet (the rest of the WRITE, as
+ * its RETH says); a hole in the memory further on must not keep the packet itself out: the
+ * wider fault fails, the packet's own pages are faulted alone, and it is placed. Here the
+ * WRITE covers the whole MR, whose second half is unmapped.
+ */
+TEST_F(wire, write_ahead_over_a_hole_still_places_the_packet)
+{
+	enum { N = 64 };
+	static uint8_t data[MTU];
+	uint32_t q = self->qp->qp_num;
+	uint8_t *odp = mmap(NULL, N * MTU, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			    -1, 0);
+	struct ibv_mr *mr;
+	struct pkt p, a;
+
+	ASSERT_NE(MAP_FAILED, odp);
+	mr = ibv_reg_mr(self->d.pd, odp, N * MTU, ALL_ACCESS | IBV_ACCESS_ON_DEMAND);
+	ASSERT_NE(NULL, mr);
+	ASSERT_EQ(0, munmap(odp + N * MTU / 2, N * MTU / 2));
+	fill(data, sizeof(data), 3);
+	bth(&p, WRITE_FIRST, q, 0, 1);
+	reth(&p, (uintptr_t)odp, mr->rkey, N * MTU);
+	add(&p, data, MTU);
+	EXPECT_LT(1, until_taken(self, _metadata, &p, &a))
+		TH_LOG("the first packet was taken at once: was the memory mapped?");
+	EXPECT_EQ(ACK, a.b[0]);
+	EXPECT_EQ(ACK_SYN, a.b[12]) TH_LOG("syndrome 0x%x", a.b[12]);
+	EXPECT_EQ(0, memcmp(odp, data, MTU));
+	ibv_dereg_mr(mr);
+	munmap(odp, N * MTU / 2);
 }
 
 /* Reads the requester's next packet, expecting op at psn. */
@@ -1048,12 +1121,45 @@ TEST_F(wire, requester_sequence_naks_going_back_are_charged)
 	nak_each_send(self, _metadata, nak_at, 2, 1);
 }
 
+/*
+ * An RNR NAK that arrives while the requester waits out another one answers a transmission
+ * from before that wait (the peer NAKed two transmissions, or the network doubled the NAK):
+ * the message goes again once, after the first wait, and one RNR NAK is counted.
+ */
+TEST_F(wire, requester_waits_out_an_rnr_nak_once_whatever_stale_ones_follow)
+{
+	long rnr = cnt("rcvd_rnr_err");
+	uint32_t q = self->qp->qp_num;
+	struct ibv_wc wc;
+	struct pkt a;
+	long t0, el;
+
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, self->mr->lkey, 0, 0, 0, 41));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 0);
+	/* RNR timer 30: 327.68 ms. */
+	t0 = now_ms();
+	ASSERT_EQ(0, answer(&self->w, q, 0x20 | 30, 0));
+	usleep(100000);
+	ASSERT_EQ(0, answer(&self->w, q, 0x20 | 30, 0));
+	EXPECT_REQ(&self->w, &a, SEND_ONLY, 0);
+	el = now_ms() - t0;
+	EXPECT_LE(327, el) TH_LOG("sent again after %ld ms", el);
+	EXPECT_EQ(rnr + 1, cnt("rcvd_rnr_err"));
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(41, wc.wr_id);
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 500)) TH_LOG("sent again after the ACK");
+	EXPECT_EQ(rnr + 1, cnt("rcvd_rnr_err"));
+}
+
 TEST_F(wire, requester_read_lands_in_place)
 {
 	struct ibv_wc wc;
 	struct pkt p, a;
 	uint8_t data[MTU + 300];
 	uint32_t q = self->qp->qp_num;
+	long dropped = cnt("rcvd_dropped_pkts");
 
 	fill(data, sizeof(data), 6);
 	ASSERT_EQ(0, post_send(self->qp, IBV_WR_RDMA_READ, self->buf + 8192, sizeof(data),
@@ -1061,16 +1167,24 @@ TEST_F(wire, requester_read_lands_in_place)
 	EXPECT_REQ(&self->w, &a, READ_REQ, 0);
 	EXPECT_EQ(0x7000, get64(a.b + 12));
 	EXPECT_EQ(sizeof(data), get24(a.b + 25));
-	/* A response out of order is not taken; in order, it is. */
+	/*
+	 * A response out of order is not taken, nor a first one short of the path MTU (every
+	 * packet but the last carries exactly that); in order and in size, it is.
+	 */
 	bth(&p, READ_RESP_LAST, q, 1, 0);
 	aeth(&p, ACK_SYN, 1);
 	add(&p, data + MTU, 300);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
 	bth(&p, READ_RESP_FIRST, q, 0, 0);
 	aeth(&p, ACK_SYN, 1);
+	add(&p, data, 100);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	bth(&p, READ_RESP_FIRST, q, 0, 0);
+	aeth(&p, ACK_SYN, 1);
 	add(&p, data, MTU);
 	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
 	EXPECT_EQ(0, poll1(self->cq, &wc, 300));
+	EXPECT_EQ(dropped + 2, cnt("rcvd_dropped_pkts"));
 	bth(&p, READ_RESP_LAST, q, 1, 0);
 	aeth(&p, ACK_SYN, 1);
 	add(&p, data + MTU, 300);

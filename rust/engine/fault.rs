@@ -157,11 +157,12 @@ impl FaultState {
     }
 }
 
-/// The verdict for a delivery with ticket `t` that found `n` unmapped, given the fault
-/// `under_way` and the last one `done`; and its ticket updated. The outcome of a fault counts only for the deliveries that waited for it, and
-/// only for its range: a failure recorded is not another delivery's, nor one's after a
-/// reset. A message that asks again after the fault it waited for ended (a success, whose
-/// pages went away again since, or another range's fault) starts one more round.
+/// The verdict for a delivery with ticket `t` that found `n` unmapped, given the fault `under_way`
+/// and the last one `done`; and its ticket updated. The outcome of a fault counts only for the
+/// deliveries that waited for it, and only for its range: a failure recorded is not another
+/// delivery's, nor one's after a reset. A message that asks again after the fault it waited for
+/// ended (a success, whose pages went away again since, or another range's fault) starts one more
+/// round.
 fn verdict(
     under_way: Option<u64>,
     done: Option<(u64, Named, Result)>,

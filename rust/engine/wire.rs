@@ -51,11 +51,11 @@ use super::net::ROCE_V2_PORT;
 /// Largest UD payload (the largest path MTU).
 const MAX_UD_PAYLOAD: usize = 4096;
 
-/// Datagrams an inbox holds before it drops a larger one: two messages of 1 MiB at path MTU
-/// 1024, the largest a kernel storage client sends (nvmet-rdma answers a 1 MiB read with one
-/// RDMA WRITE; rodp's requester sends at most 128 packets of one past what its peer
-/// acknowledged, rxe's the same). A small one (at most [`SMALL`] bytes: an ACK or a NAK, a READ or atomic request, an atomic's
-/// answer, but also a SEND or WRITE of a few bytes) is dropped only at four times as many:
+/// Datagrams an inbox holds before it drops a larger one: two messages of 1 MiB at path MTU 1024,
+/// the largest a kernel storage client sends (nvmet-rdma answers a 1 MiB read with one RDMA WRITE;
+/// rodp's requester sends at most 128 packets of one past what its peer acknowledged, rxe's the
+/// same). A small one (at most [`SMALL`] bytes: an ACK or a NAK, a READ or atomic request, an
+/// atomic's answer, but also a SEND or WRITE of a few bytes) is dropped only at four times as many:
 /// each costs little, and a lost answer costs its requester a retransmission timeout.
 const INBOX_LEN: usize = 2048;
 
