@@ -32,7 +32,7 @@ pub(crate) use rc::{Answer, Requester as RcRequester, Responder as RcResponder};
 pub(crate) use req::{run_send_queue, run_send_queue_now, Peer};
 pub(crate) use share::{current_user, try_take as take_worker, Held, Workers};
 pub(crate) use wire::Backlog;
-pub(crate) use xfer::{Scratch, Seg};
+pub(crate) use xfer::{Run, Scratch, Seg};
 
 use crate::{
     engine::packet::header::Feth,

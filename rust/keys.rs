@@ -19,6 +19,7 @@
 
 use crate::{
     ah::{self, AhShared},
+    engine::Run,
     ib::{abi::Bind as BindWr, random},
     mcast,
     mr::{fast, Fault, MrRef, MrShared},
@@ -65,9 +66,9 @@ fn new_key(index: u32) -> u32 {
 pub(crate) enum Reach {
     /// One range of one MR: the MR, held for the access, and the offset in it.
     One(MrRef, usize),
-    /// Through an extended window: a range per element touched, in window order (the MR held
-    /// for the access, the offset in it, the length).
-    Pieces(KVVec<(MrRef, usize, usize)>),
+    /// Through an extended window: a range per element touched, in window order, the
+    /// elements of one MR one stride apart as a run (the MR held for the access, where in it).
+    Pieces(KVVec<(MrRef, Run)>),
 }
 
 /// The numbered objects of a device the engine looks up: QPs by number, MRs and windows by key,

@@ -79,6 +79,80 @@ impl Pages for PageList {
     }
 }
 
+/// Copies `count` elements of `len` bytes, element `k` from `src` at `soff + k * sstride` to
+/// `dst` at `doff + k * dstride` (a gather from or scatter into an extended window's run of
+/// elements), page to page. The elements step forward, so the first and the last bound them
+/// all: checked once.
+#[expect(clippy::too_many_arguments)]
+pub(crate) fn copy_strided(
+    dst: &impl Pages,
+    doff: usize,
+    dstride: usize,
+    src: &impl Pages,
+    soff: usize,
+    sstride: usize,
+    len: usize,
+    count: usize,
+) -> Result {
+    let Some(steps) = count.checked_sub(1) else {
+        return Ok(());
+    };
+    let last = |off: usize, stride: usize| {
+        stride
+            .checked_mul(steps)
+            .and_then(|d| off.checked_add(d))
+            .ok_or(EFAULT)
+    };
+    let (dlast, slast) = (last(doff, dstride)?, last(soff, sstride)?);
+    dst.check(doff, len, true)?;
+    dst.check(dlast, len, true)?;
+    src.check(soff, len, false)?;
+    src.check(slast, len, false)?;
+    let mut k = 0;
+    while k < count {
+        let (d, s) = (doff + k * dstride, soff + k * sstride);
+        // A side whose elements are back to back stays mapped for those of them its page
+        // holds whole (a gather's destination, a scatter's source), the other side's page
+        // is mapped per element.
+        let (packed, po, room) = if dstride == len {
+            dst.page_at(d, true)?
+        } else if sstride == len {
+            src.page_at(s, false)?
+        } else {
+            copy_pages(dst, d, src, s, len)?;
+            k += 1;
+            continue;
+        };
+        let m = (room / len.max(1)).min(count - k);
+        if m < 2 {
+            copy_pages(dst, d, src, s, len)?;
+            k += 1;
+            continue;
+        }
+        packed.map(|p| -> Result {
+            for j in 0..m {
+                let at = po + j * len;
+                let (page, o, left) = if dstride == len {
+                    src.page_at(s + j * sstride, false)?
+                } else {
+                    dst.page_at(d + j * dstride, true)?
+                };
+                if left < len {
+                    // The element crosses a page of the other side.
+                    copy_pages(dst, d + j * dstride, src, s + j * sstride, len)?;
+                } else if dstride == len {
+                    page.map(|q| p.copy_from(at, q, o, len));
+                } else {
+                    page.map(|q| q.copy_from(o, p, at, len));
+                }
+            }
+            Ok(())
+        })?;
+        k += m;
+    }
+    Ok(())
+}
+
 /// Copies `len` bytes from `src` at `soff` to `dst` at `doff`, page to page, with no bounce
 /// buffer.
 pub(crate) fn copy_pages(

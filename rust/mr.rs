@@ -17,7 +17,7 @@ use crate::{
     },
     keys::{self, Tables},
     limit::Token,
-    mem::{copy_pages, Pages},
+    mem::{self, copy_pages, Pages},
     mw::MwShared,
     odp::{src_side, CounterSets, Faults, Odp, OdpCounters, OdpUmem},
 };
@@ -831,9 +831,36 @@ impl MrShared {
         Ok(())
     }
 
+    /// Copies `count` elements of `len` bytes from `src`, element `k` from `src_off + k *
+    /// src_stride` to `off + k * stride` (a gather from or scatter into an extended window's
+    /// run of elements): between pinned memory checked once and copied page to page (see
+    /// [`crate::mem::copy_strided`]), else element by element as [`MrShared::copy_from`].
+    #[expect(clippy::too_many_arguments)]
+    pub(crate) fn copy_strided_from(
+        &self,
+        off: usize,
+        stride: usize,
+        src: &MrShared,
+        src_off: usize,
+        src_stride: usize,
+        len: usize,
+        count: usize,
+        faults: Faults,
+    ) -> Result {
+        if let (Memory::Pinned(d), Memory::Pinned(s)) = (&*self.mem, &*src.mem) {
+            let (d, s) = (d.pages(), s.pages());
+            return mem::copy_strided(d, off, stride, s, src_off, src_stride, len, count);
+        }
+        for k in 0..count {
+            self.copy_from(off + k * stride, src, src_off + k * src_stride, len, faults)?;
+        }
+        Ok(())
+    }
+
     /// Performs `op` on the 64-bit word at offset `off`; returns its old value. The DMA MR's
-    /// kernel memory takes no atomics (it grants no remote access); a fast registration's does. Without `fault`, an ODP page must be
-    /// mapped already (else [`crate::odp::UNMAPPED`]).
+    /// kernel memory takes no atomics (it grants no remote access); a fast registration's
+    /// does. Without `fault`, an ODP page must be mapped already (else
+    /// [`crate::odp::UNMAPPED`]).
     pub(crate) fn atomic(&self, off: usize, op: AtomicOp, fault: bool) -> Result<u64> {
         match &*self.mem {
             Memory::Pinned(u) => u.pages().atomic(off, op),

@@ -21,6 +21,7 @@
 
 use crate::{
     device::{Device, Pd},
+    engine::Run,
     gate::{Gate, Gated, Pass},
     ib::{
         abi::Bind as BindWr,
@@ -100,9 +101,9 @@ impl Obj {
     }
 }
 
-/// A type for the pieces of an access through a layout: the memory (`M`, held or not), the
-/// offset in its MR, the length.
-type Pieces<M> = KVVec<(M, usize, usize)>;
+/// A type for the pieces of an access through a layout: the memory (`M`, held or not) and
+/// where in its MR: an element, or a run of elements of that MR one stride apart.
+type Pieces<M> = KVVec<(M, Run)>;
 
 /// A piece of an access that maps through a nested window, resolved after the outer window's
 /// lock is dropped (a window's lock is never taken under another's): its place among the
@@ -126,8 +127,8 @@ static NEXT_BINDING: Atomic<u64> = Atomic::new(1);
 /// interleaved entries (528 each) fit.
 const MAX_NESTED_COST: u64 = 1 << 21;
 
-/// Adds a piece to `v`; an access touches at most [`xmw::MAX_PIECES`] (a peer's READ may be
-/// 2 GiB long, of one-byte elements).
+/// Adds a piece to `v`; an access touches at most [`xmw::MAX_PIECES`] elements (a peer's READ
+/// may be 2 GiB long, of one-byte elements), so it has at most that many pieces.
 fn push_piece<T>(v: &mut KVVec<T>, t: T) -> Result<(), Fault> {
     if v.len() >= xmw::MAX_PIECES {
         return Err(Fault::Range);
@@ -219,28 +220,56 @@ impl Bound {
     }
 
     /// The pieces of the range `[off, off + len)` of the binding (checked), `mr` making each
-    /// MR piece's memory (under the window's lock). An access through a layout gets a piece
-    /// per element, and a [`Later`] where one maps through a nested window.
+    /// MR piece's memory (under the window's lock); counts the elements in `elements` (at most
+    /// [`xmw::MAX_PIECES`] for an access). An access through a layout gets a piece per run of
+    /// elements of one MR one stride apart (its memory made once), and a [`Later`] where it
+    /// maps through a nested window. A run takes only elements found by this call, with no
+    /// nested piece between them: pieces of another nesting level are held through other
+    /// windows.
     fn pieces<M>(
         &self,
         off: u64,
         len: u64,
         out: &mut Pieces<M>,
         later: &mut KVVec<Later>,
+        elements: &mut usize,
         mut mr: impl FnMut(&Arc<MrShared>) -> Result<M, Fault>,
     ) -> Result<(), Fault> {
+        let mut count = || {
+            *elements += 1;
+            if *elements > xmw::MAX_PIECES {
+                return Err(Fault::Range);
+            }
+            Ok(())
+        };
         match &self.target {
             Target::Range { mr: m, mr_off, .. } => {
-                push_piece(out, (mr(m)?, (mr_off + off) as usize, len as usize))
+                count()?;
+                push_piece(
+                    out,
+                    (mr(m)?, Run::one((mr_off + off) as usize, len as usize)),
+                )
             }
-            Target::Layout { kind, entries, .. } => walk(*kind, entries, off, len, |o, a, n| {
-                if out.len() + later.len() >= xmw::MAX_PIECES {
-                    return Err(Fault::Range);
-                }
-                match *o {
+            Target::Layout { kind, entries, .. } => {
+                let first = out.len();
+                // The MR of the last piece pushed by this call.
+                let mut last: Option<*const MrShared> = None;
+                walk(*kind, entries, off, len, |o, a, n| match *o {
                     Obj::Mr(ref m) => {
-                        let moff = piece_offset(m, a, n)?;
-                        push_piece(out, (mr(m)?, moff as usize, n as usize))
+                        count()?;
+                        let moff = piece_offset(m, a, n)? as usize;
+                        let end = out.len();
+                        let open = end > first && later.last().is_none_or(|l| l.at < end);
+                        if open && last == Some(Arc::as_ptr(m)) {
+                            if let Some((_, run)) = out.last_mut() {
+                                if run.extend(moff, n as usize) {
+                                    return Ok(());
+                                }
+                            }
+                        }
+                        push_piece(out, (mr(m)?, Run::one(moff, n as usize)))?;
+                        last = Some(Arc::as_ptr(m));
+                        Ok(())
                     }
                     Obj::Window(index, serial) => {
                         // Consecutive bytes of the same window are one piece to resolve.
@@ -251,6 +280,7 @@ impl Bound {
                                 return Ok(());
                             }
                         }
+                        count()?;
                         let at = out.len();
                         push_piece(
                             later,
@@ -263,8 +293,8 @@ impl Bound {
                             },
                         )
                     }
-                }
-            }),
+                })
+            }
         }
     }
 
@@ -623,17 +653,27 @@ impl MwShared {
         if let Target::Range { mr, mr_off, .. } = &b.target {
             return Ok(Reach::One(enter(mr)?, (mr_off + off) as usize));
         }
-        let (mut out, mut later) = (KVVec::new(), KVVec::new());
-        b.pieces(off, len, &mut out, &mut later, enter)?;
+        let (mut out, mut later, mut elements) = (KVVec::new(), KVVec::new(), 0);
+        b.pieces(off, len, &mut out, &mut later, &mut elements, enter)?;
         drop(st);
         let mut budget = MAX_NESTED_COST;
         let pieces = splice(out, later, |l, all| {
             let x = qp.tables.mws.get(l.index).ok_or(Fault::Key)?;
-            x.nested(l, Some(qp), right, &mut budget, all, |inner, mr| {
-                let outer = Pass::enter(self).ok_or(Fault::Key)?;
-                let w = Pass::enter(inner).ok_or(Fault::Key)?;
-                Ok(mr.enter().ok_or(Fault::Key)?.through_nested(w, outer))
-            })
+            // The nested piece counted as one element: its own count instead.
+            elements -= 1;
+            x.nested(
+                l,
+                Some(qp),
+                right,
+                &mut budget,
+                &mut elements,
+                all,
+                |inner, mr| {
+                    let outer = Pass::enter(self).ok_or(Fault::Key)?;
+                    let w = Pass::enter(inner).ok_or(Fault::Key)?;
+                    Ok(mr.enter().ok_or(Fault::Key)?.through_nested(w, outer))
+                },
+            )
         })?;
         Ok(Reach::Pieces(pieces))
     }
@@ -642,13 +682,16 @@ impl MwShared {
     /// remote access arriving on `qp` with rights `right` or a local one (`qp` `None`): the
     /// binding the layout named must be the current one, and for a remote access must allow
     /// it (rights, the QP of a type 2B window). `mr` makes each piece's memory, under this
-    /// window's lock; the search for the piece is charged to `budget`.
+    /// window's lock; the search for the piece is charged to `budget`, its elements counted in
+    /// `elements`.
+    #[expect(clippy::too_many_arguments)]
     fn nested<M>(
         self: &Arc<Self>,
         l: &Later,
         qp: Option<&QpShared>,
         right: u32,
         budget: &mut u64,
+        elements: &mut usize,
         out: &mut Pieces<M>,
         mut mr: impl FnMut(&Arc<Self>, &Arc<MrShared>) -> Result<M, Fault>,
     ) -> Result<(), Fault> {
@@ -668,7 +711,7 @@ impl MwShared {
         let off = b.offset(l.addr, l.len)?;
         *budget = budget.checked_sub(b.find_cost()).ok_or(Fault::Range)?;
         let mut deeper = KVVec::new();
-        b.pieces(off, l.len, out, &mut deeper, |m| mr(self, m))?;
+        b.pieces(off, l.len, out, &mut deeper, elements, |m| mr(self, m))?;
         // The bind refused windows under a nested one.
         if !deeper.is_empty() {
             return Err(Fault::Key);
@@ -680,7 +723,8 @@ impl MwShared {
     /// (an SGE of a QP of PD `pd`, `Documentation/xmw.rst`, "Local SGEs"): only an extended
     /// window's, bound under `key`; writing (`need` has `LOCAL_WRITE`) needs local write in
     /// its rights. The MRs are returned unheld, for the caller to fault in outside the
-    /// window's lock and then enter; a range per element, [`xmw::MAX_PIECES`] at most.
+    /// window's lock and then enter; a range per element or run of elements,
+    /// [`xmw::MAX_PIECES`] elements at most.
     pub(crate) fn local(
         &self,
         tables: &Tables,
@@ -699,13 +743,18 @@ impl MwShared {
             return Err(Fault::Access);
         }
         let off = b.offset(addr, len)?;
-        let (mut out, mut later) = (KVVec::new(), KVVec::new());
-        b.pieces(off, len, &mut out, &mut later, |mr| Ok(mr.clone()))?;
+        let (mut out, mut later, mut elements) = (KVVec::new(), KVVec::new(), 0);
+        b.pieces(off, len, &mut out, &mut later, &mut elements, |mr| {
+            Ok(mr.clone())
+        })?;
         drop(st);
         let mut budget = MAX_NESTED_COST;
         splice(out, later, |l, all| {
             let x = tables.mws.get(l.index).ok_or(Fault::Key)?;
-            x.nested(l, None, 0, &mut budget, all, |_, mr| Ok(mr.clone()))
+            elements -= 1;
+            x.nested(l, None, 0, &mut budget, &mut elements, all, |_, mr| {
+                Ok(mr.clone())
+            })
         })
     }
 
@@ -974,13 +1023,14 @@ mod tests {
     fn nested_pieces_take_their_places() -> Result {
         let mut out = KVVec::new();
         for i in 0..3u64 {
-            out.push((i, 0, 0), GFP_KERNEL)?;
+            out.push((i, Run::one(0, 0)), GFP_KERNEL)?;
         }
         let mut l = KVVec::new();
         for (at, addr) in [(0, 10), (2, 20), (2, 30), (3, 40)] {
             l.push(later(at, addr), GFP_KERNEL)?;
         }
-        let all = splice(out, l, |l, v| push_piece(v, (l.addr, 0, 0))).map_err(|_| EINVAL)?;
+        let all =
+            splice(out, l, |l, v| push_piece(v, (l.addr, Run::one(0, 0)))).map_err(|_| EINVAL)?;
         let order = [10, 0, 1, 20, 30, 2, 40];
         assert_eq!(all.len(), order.len());
         assert!(all.iter().zip(order).all(|(p, want)| p.0 == want));
@@ -990,12 +1040,12 @@ mod tests {
     #[test]
     fn an_access_gets_at_most_max_pieces() -> Result {
         let mut out = KVVec::new();
-        out.push((0u64, 0, 0), GFP_KERNEL)?;
+        out.push((0u64, Run::one(0, 0)), GFP_KERNEL)?;
         let mut l = KVVec::new();
         l.push(later(1, 0), GFP_KERNEL)?;
         let many = |_: &Later, v: &mut Pieces<u64>| {
             for i in 0..xmw::MAX_PIECES as u64 {
-                push_piece(v, (i, 0, 0))?;
+                push_piece(v, (i, Run::one(0, 0)))?;
             }
             Ok(())
         };
@@ -1039,8 +1089,8 @@ mod tests {
 
     /// The nested pieces an access of `[off, off + len)` of `b` leaves to resolve.
     fn laters(b: &Bound, off: u64, len: u64) -> Result<KVVec<Later>> {
-        let (mut out, mut later) = (KVVec::new(), KVVec::new());
-        b.pieces(off, len, &mut out, &mut later, |_| Ok(0u8))
+        let (mut out, mut later, mut n) = (KVVec::new(), KVVec::new(), 0);
+        b.pieces(off, len, &mut out, &mut later, &mut n, |_| Ok(0u8))
             .map_err(|_| EINVAL)?;
         assert!(out.is_empty());
         Ok(later)

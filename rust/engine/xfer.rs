@@ -57,13 +57,18 @@ pub(crate) struct Run {
 
 impl Run {
     /// `len` bytes at `off`.
-    fn one(off: usize, len: usize) -> Self {
+    pub(crate) fn one(off: usize, len: usize) -> Self {
         Self {
             off,
             len,
             stride: 0,
             count: 1,
         }
+    }
+
+    /// The elements: the offset in the MR and the length of each.
+    fn elements(self) -> impl Iterator<Item = (usize, usize)> {
+        (0..self.count).map(move |k| (self.off + k * self.stride, self.len))
     }
 
     /// How many bytes the run holds.
@@ -84,7 +89,7 @@ impl Run {
     /// Takes the element of `len` bytes at `off` as the run's next one when it is that: as
     /// long as its elements and one stride after its last (the second element sets the
     /// stride, any distance forward). `false` when it is not.
-    fn extend(&mut self, off: usize, len: usize) -> bool {
+    pub(crate) fn extend(&mut self, off: usize, len: usize) -> bool {
         let next = match self.count {
             1 => off >= self.off,
             n => {
@@ -126,8 +131,7 @@ impl Seg {
 
     /// The elements: the offset in the MR and the length of each.
     pub(super) fn elements(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let r = self.run;
-        (0..r.count).map(move |k| (r.off + k * r.stride, r.len))
+        self.run.elements()
     }
 }
 
@@ -146,15 +150,15 @@ impl Segs {
             Reach::Pieces(p) => {
                 let flags = GFP_KERNEL | __GFP_NOWARN;
                 let mut v: KVVec<Seg> = KVVec::new();
-                for (mr, off, len) in p {
+                for (mr, run) in p {
                     // Elements of one MR reached the same way, one stride apart: one run.
                     if let Some(last) = v.last_mut() {
-                        if last.mr.same(&mr) && last.run.extend(off, len) {
+                        if run.count == 1 && last.mr.same(&mr) && last.run.extend(run.off, run.len)
+                        {
                             continue;
                         }
                     }
-                    v.push(Seg::one(mr, off, len), flags)
-                        .map_err(|_| Fault::Range)?;
+                    v.push(Seg { mr, run }, flags).map_err(|_| Fault::Range)?;
                 }
                 Self::Many(v)
             }
@@ -233,19 +237,21 @@ fn window(
     let pieces = w.local(&qp.tables, qp.pd, s.lkey, s.addr, s.length.into(), need)?;
     let write = need & access::LOCAL_WRITE != 0;
     let first = out.len();
-    for (mr, off, len) in pieces {
-        if fault {
-            mr.touch(off, len, write).map_err(|_| Fault::Range)?;
+    for (mr, run) in pieces {
+        if fault && mr.is_odp() {
+            for (off, len) in run.elements() {
+                mr.touch(off, len, write).map_err(|_| Fault::Range)?;
+            }
         }
-        if out.len() > first {
+        if out.len() > first && run.count == 1 {
             if let Some(last) = out.last_mut() {
-                if last.mr.is(&mr) && last.run.extend(off, len) {
+                if last.mr.is(&mr) && last.run.extend(run.off, run.len) {
                     continue;
                 }
             }
         }
         let mr = mr.enter().ok_or(Fault::Key)?;
-        out.push(Seg::one(mr, off, len), GFP_KERNEL)
+        out.push(Seg { mr, run }, GFP_KERNEL)
             .map_err(|_| Fault::Range)?;
     }
     Ok(())
@@ -335,8 +341,18 @@ pub(super) fn transfer(
             Src::Segs(ss) => {
                 let s = ss.get(si).ok_or(EFAULT)?;
                 let (soff, sroom) = s.at(spos);
-                let n = room.min(sroom).min(len - done).min(PIECE);
-                d.mr.copy_from(doff, &s.mr, soff, n, faults)?;
+                let n = match stencil(&d.run, dpos, room, &s.run, spos, sroom, len - done) {
+                    // Whole elements of a run, as many as fit: one call.
+                    Some((e, k, dstride, sstride)) => {
+                        d.mr.copy_strided_from(doff, dstride, &s.mr, soff, sstride, e, k, faults)?;
+                        e * k
+                    }
+                    None => {
+                        let n = room.min(sroom).min(len - done).min(PIECE);
+                        d.mr.copy_from(doff, &s.mr, soff, n, faults)?;
+                        n
+                    }
+                };
                 spos += n;
                 if spos == s.bytes() {
                     si += 1;
@@ -356,6 +372,38 @@ pub(super) fn transfer(
         }
     }
     Ok(())
+}
+
+/// Whole elements to copy at once between the destination run `d` at byte `dpos` (with
+/// `room` bytes left in its element) and the source run `s` at `spos` (`sroom` left), `left`
+/// bytes still to copy: when one side is a run of several elements at an element's start and
+/// the other a plain range with room for two of them or more, or a run of elements as long at
+/// an element's start too. Returns the element length, how many, and each side's stride.
+fn stencil(
+    d: &Run,
+    dpos: usize,
+    room: usize,
+    s: &Run,
+    spos: usize,
+    sroom: usize,
+    left: usize,
+) -> Option<(usize, usize, usize, usize)> {
+    // A side's elements from `pos` on as (elements left, stride), for elements of `e` bytes.
+    let side = |r: &Run, pos: usize, room: usize, e: usize| {
+        if r.count > 1 {
+            (r.len == e && pos % e == 0).then(|| ((r.bytes() - pos) / e, r.stride))
+        } else {
+            Some((room / e, e))
+        }
+    };
+    let e = if s.count > 1 { s.len } else { d.len };
+    if e == 0 || (s.count == 1 && d.count == 1) {
+        return None;
+    }
+    let (dk, dstride) = side(d, dpos, room, e)?;
+    let (sk, sstride) = side(s, spos, sroom, e)?;
+    let k = dk.min(sk).min(left / e).min(PIECE / e);
+    (k >= 2).then_some((e, k, dstride, sstride))
 }
 
 #[kunit_tests(rodp_xfer)]
@@ -388,6 +436,54 @@ mod tests {
         // The same element again (stride 0) is a run too; back-to-back elements are.
         assert!(run_of(&[64, 64, 64], 4).is_some());
         assert_eq!(run_of(&[0, 4, 8], 4).map(|r| r.at(9)), Some((9, 3)));
+    }
+
+    #[test]
+    fn whole_elements_of_a_run_go_in_one_step() {
+        let col = Run {
+            off: 40,
+            len: 8,
+            stride: 8192,
+            count: 1024,
+        };
+        let plain = Run::one(0, 8192);
+        // A gather into a range: every element at once; from element 3 on, the rest.
+        assert_eq!(
+            stencil(&plain, 0, 8192, &col, 0, 8, 8192),
+            Some((8, 1024, 8, 8192))
+        );
+        assert_eq!(
+            stencil(&plain, 24, 8168, &col, 24, 8, 8168),
+            Some((8, 1021, 8, 8192))
+        );
+        // A scatter from a range, bounded by what is left to copy and by the range's room.
+        assert_eq!(
+            stencil(&col, 0, 8, &plain, 0, 8192, 80),
+            Some((8, 10, 8192, 8))
+        );
+        assert_eq!(
+            stencil(&col, 0, 8, &plain, 0, 20, 8192),
+            Some((8, 2, 8192, 8))
+        );
+        // Mid-element, room for one element only, two plain ranges: element by element.
+        assert_eq!(stencil(&plain, 0, 8192, &col, 4, 4, 8188), None);
+        assert_eq!(stencil(&plain, 0, 12, &col, 0, 8, 8192), None);
+        assert_eq!(stencil(&plain, 0, 8192, &Run::one(0, 64), 0, 64, 64), None);
+        // Two runs of elements as long: both in step; of other lengths: not.
+        let rows = Run {
+            off: 0,
+            len: 8,
+            stride: 16,
+            count: 4,
+        };
+        assert_eq!(stencil(&rows, 8, 8, &col, 0, 8, 24), Some((8, 3, 16, 8192)));
+        let wide = Run { len: 16, ..rows };
+        assert_eq!(stencil(&wide, 0, 16, &col, 0, 8, 64), None);
+        // Empty elements never loop.
+        assert_eq!(
+            stencil(&plain, 0, 8192, &Run { len: 0, ..col }, 0, 0, 8),
+            None
+        );
     }
 
     #[test]
