@@ -146,7 +146,7 @@ def print_times(host, guests):
         parts = sorted((r for r in rows if "/" in r[0]), key=lambda r: -r[1])
         if parts:
             print(f"  guest {label}, slowest parts:")
-            for r in parts[:12]:
+            for r in parts[:25]:
                 row(*r)
 
 

@@ -25,6 +25,28 @@ if [ ! -e /mnt/rodp/no-kunit ]; then
 fi
 filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
 [ "$filter" = '*' ] && tests='rodp_*' || tests=$filter
+# stamp PROGRAM: copies a kselftest program's output and records each of its tests' time,
+# from its RUN line to the next one (or the end), as "PROGRAM/TEST" in results/times: the
+# host's summary lists the slowest.
+stamp() {
+	scur= sstart=
+	while IFS= read -r sline; do
+		printf '%s\n' "$sline"
+		case $sline in
+		"#  RUN "*) ;;
+		*) continue ;;
+		esac
+		read -r sup _ < /proc/uptime
+		[ -z "$scur" ] ||
+			printf '%s/%s\t%s\n' "$1" "$scur" $((${sup%.*} - sstart)) >> "$res/times"
+		scur=${sline#"#  RUN"}
+		scur=${scur#"${scur%%[! ]*}"}
+		scur=${scur% ...}
+		sstart=${sup%.*}
+	done
+	read -r sup _ < /proc/uptime
+	[ -z "$scur" ] || printf '%s/%s\t%s\n' "$1" "$scur" $((${sup%.*} - sstart)) >> "$res/times"
+}
 # RODP_TESTS may name several globs, separated by spaces.
 for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 	[ -x "$t" ] || continue
@@ -36,8 +58,11 @@ for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 	esac
 	echo "== $name"
 	t0=$(now)
-	"$t" > "$res/$name.tap" 2>&1
-	echo "$name exit $?" >> "$res/exits"
+	{
+		"$t" 2>&1
+		echo "$?" > /tmp/test.rc
+	} | stamp "$name" > "$res/$name.tap"
+	echo "$name exit $(cat /tmp/test.rc)" >> "$res/exits"
 	cat "$res/$name.tap"
 	# A test that died mid-way must not leave a stalled FUSE daemon behind (an ODP fault
 	# waiting for it would hang link deletion and rmmod): abort and unmount what is left.
