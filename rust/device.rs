@@ -58,8 +58,21 @@ const PKEY_TABLE_LEN: u16 = 1;
 /// Largest message: 2 GiB, the IBA limit for a single message.
 pub(crate) const MAX_MSG_SIZE: u32 = 1 << 31;
 
-/// Maximum number of protection domains per device.
+/// Maximum number of protection domains per device; the `max_pd` module parameter may set a
+/// lower one.
 pub(crate) const MAX_PD: u32 = 1 << 16;
+
+/// The PD limit of a device created now: the `max_pd` module parameter, if it is within
+/// 1..=`MAX_PD` (checked when the module loads: the parameter cannot change afterwards).
+pub(crate) fn max_pd() -> Result<u32> {
+    match crate::module_parameters::max_pd.value() {
+        n @ 1..=MAX_PD => Ok(n),
+        n => {
+            pr_warn!("max_pd={n} is not within 1..={MAX_PD}\n");
+            Err(EINVAL)
+        }
+    }
+}
 
 /// Number of rodp devices alive or being created; while nonzero, rdma_rxe may not load.
 static DEVICES: Atomic<i32> = Atomic::new(0);
@@ -87,7 +100,8 @@ pub(crate) struct Rodp {
     _net: engine::Binding,
     /// `sys_image_guid`, from the netdev's MAC address.
     guid_be: u64,
-    /// Protection domains allocated, at most `MAX_PD`.
+    /// Protection domains allocated, at most `max_pd` (the module parameter when the device
+    /// was created).
     pub(crate) pds: Limit,
     /// CQs allocated.
     pub(crate) cqs: Limit,
@@ -153,7 +167,7 @@ impl Rodp {
         Ok(Self {
             _net: engine::Binding::new(ndev, tables.clone())?,
             guid_be,
-            pds: Limit::new(MAX_PD)?,
+            pds: Limit::new(max_pd()?)?,
             cqs: Limit::new(cq::MAX_CQ)?,
             qps: Limit::new(qp::MAX_QP)?,
             srqs: Limit::new(srq::MAX_SRQ)?,
@@ -211,7 +225,7 @@ impl ib::Driver for Rodp {
             vendor_id: 0xffffff,
             max_mr_size: mr::MAX_MR_SIZE,
             page_size_cap: kernel::page::PAGE_SIZE as u64,
-            max_pd: MAX_PD,
+            max_pd: dev.pds.max(),
             max_pkeys: PKEY_TABLE_LEN,
             kernel_cap_flags: kernel_cap::ALLOW_USER_UNREG | kernel_cap::ON_DEMAND_PAGING,
             device_cap_flags: device_cap::RC_RNR_NAK_GEN

@@ -51,6 +51,11 @@ impl Limit {
         }
     }
 
+    /// The most units in use at once.
+    pub(crate) fn max(&self) -> u32 {
+        self.0.max
+    }
+
     /// Units in use.
     pub(crate) fn used(&self) -> u32 {
         self.0.used.load(Relaxed)

@@ -41,6 +41,12 @@ module! {
     description: "Software RDMA device with On-Demand Paging",
     license: "GPL",
     alias: ["rdma-link-rodp"],
+    params: {
+        max_pd: u32 {
+            default: 65536,
+            description: "Protection domains per device, 1 to 65536 (read when a device is created)",
+        },
+    },
 }
 
 /// The module: the `rodp` link type, alive from load to unload.
@@ -61,7 +67,11 @@ struct RodpModule {
 impl kernel::InPlaceModule for RodpModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
-            _debugfs: ib::debugfs::Root::new(),
+            // A parameter out of range fails the load, not each device's creation later.
+            _debugfs: {
+                device::max_pd()?;
+                ib::debugfs::Root::new()
+            },
             _wq: ib::wq::ModuleQueue::new()?,
             _pernet <- ib::udp::Pernet::new(),
             link <- ib::link::Registration::new(),
