@@ -89,7 +89,7 @@ for p in $pairs; do
 			timeout 120 "$prog" -d "$dev" -x "$gid" $args > /tmp/bench.s 2>&1 &
 			spid=$!
 			for i in $(seq 150); do
-				ss -Hltn 'sport = :18515' | grep -q . && break
+				listening 18515 && break
 				sleep 0.2
 			done
 			sync_peer "ready $n" > /dev/null || exit 1

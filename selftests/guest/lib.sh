@@ -50,6 +50,22 @@ pingpong() {
 	[ $src -eq 0 ] && [ $crc -eq 0 ]
 }
 
+# listening PORT: a socket of this guest listens on TCP port PORT. The shell reads
+# /proc/net/tcp and tcp6 itself: the callers poll while a server starts, and under TCG a
+# program started for each poll (ss took about as long as the server) would slow the start it
+# waits for, the vCPU being one.
+listening() {
+	lhex=$(printf ':%04X' "$1")
+	for lf in /proc/net/tcp /proc/net/tcp6; do
+		[ -r $lf ] || continue
+		# "sl local_address rem_address st ...": state 0A is LISTEN.
+		while read -r _ laddr _ lst _; do
+			case $laddr/$lst in *"$lhex"/0A) return 0 ;; esac
+		done < $lf
+	done
+	return 1
+}
+
 # now: a reading of the clocks, "SECONDS,BUSY": the guest's uptime (under TCG its clock follows
 # the host's) and the CPU time its vCPUs have spent busy (not idle), both in seconds.
 now() {

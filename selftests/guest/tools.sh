@@ -9,12 +9,12 @@ tools_tap=$res/tools.tap
 # server_ready PID [TCP_PORT]: waits until the server PID listens on TCP_PORT (at most 10 s, or
 # until it has ended), or a second without TCP_PORT (rdma_cm servers listen on no socket).
 server_ready() {
-	if [ -z "${2:-}" ] || ! command -v ss > /dev/null; then
+	if [ -z "${2:-}" ]; then
 		sleep 1
 		return
 	fi
 	for _ in $(seq 100); do
-		ss -Hltn "sport = :$2" | grep -q . && return
+		listening "$2" && return
 		kill -0 "$1" 2>/dev/null || return
 		sleep 0.1
 	done
