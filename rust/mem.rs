@@ -114,21 +114,21 @@ pub(crate) fn copy_strided(
         // A side whose elements are back to back stays mapped for those of them its page
         // holds whole (a gather's destination, a scatter's source), the other side's page
         // is mapped per element.
-        let (packed, po, room) = if dstride == len {
-            dst.page_at(d, true)?
+        let packed = if dstride == len {
+            Some(dst.page_at(d, true)?)
         } else if sstride == len {
-            src.page_at(s, false)?
+            Some(src.page_at(s, false)?)
         } else {
+            None
+        };
+        let Some((packed, po, m)) = packed
+            .map(|(p, po, room)| (p, po, (room / len.max(1)).min(count - k)))
+            .filter(|&(_, _, m)| m >= 2)
+        else {
             copy_pages(dst, d, src, s, len)?;
             k += 1;
             continue;
         };
-        let m = (room / len.max(1)).min(count - k);
-        if m < 2 {
-            copy_pages(dst, d, src, s, len)?;
-            k += 1;
-            continue;
-        }
         packed.map(|p| -> Result {
             for j in 0..m {
                 let at = po + j * len;
