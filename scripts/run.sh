@@ -189,7 +189,7 @@ single() {
 # there; rodp_leak alone 636 s), B about 2,100 s without it; so rodp_mmap stays on B. On
 # 2026-11-29 (full run, 3,841 s) A's programs took 1,965 s and B's 1,728 s, B ending about
 # 260 s before A; rodp_net (108 s) moved to B.
-b_programs="rodp_device rodp_data rodp_stress rodp_mmap rodp_odp rodp_rereg rodp_net"
+b_programs="rodp_device rodp_data rodp_stress rodp_mmap rodp_odp rodp_rereg rodp_net rodp_flush"
 printf '%s\n' "$b_programs" > "$share/b-programs"
 # split_parts: "a", "b" or "a b", the guests RODP_TESTS asks for.
 split_parts() {
