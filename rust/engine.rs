@@ -54,8 +54,12 @@ pub(crate) struct Message<'a> {
     /// The requester's QP: scheduled again when the responder's fault it waits for ends.
     pub(crate) from: &'a Arc<QpShared>,
     /// The responder's fault the message waits for (`fault::Ticket`, kept with the WQE at the
-    /// head of the requester's send queue); none for datagrams, which never wait.
+    /// head of the requester's send queue, or by an RC responder for the packet from the wire
+    /// it expects); none for datagrams, which never wait.
     pub(crate) ticket: Option<&'a Cell<fault::Ticket>>,
+    /// The requester sends the message again by itself (a packet from the wire, after its RNR
+    /// NAK): `from` is not scheduled when the fault ends.
+    pub(crate) resends: bool,
     /// The operation.
     pub(crate) opcode: WrOpcode,
     /// Sending QP number.

@@ -928,6 +928,40 @@ TEST_F(wire, write_ahead_over_a_hole_still_places_the_packet)
 	munmap(odp, N * MTU / 2);
 }
 
+/*
+ * A WRITE into a page of an ODP MR where nothing is mapped (a hole): the first arrival gets an
+ * RNR NAK while the fault runs; the fault fails, and the packet sent again gets a remote
+ * access NAK (what a local requester sees as IBV_WC_REM_ACCESS_ERR), the QP in error.
+ * Before, every resend got another RNR NAK: a requester with rnr_retry 7 resent for ever.
+ */
+TEST_F(wire, write_into_a_hole_gets_a_nak_once_its_fault_failed)
+{
+	static uint8_t data[MTU];
+	uint32_t q = self->qp->qp_num;
+	uint8_t *odp = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			    -1, 0);
+	struct ibv_mr *mr;
+	struct pkt p, a;
+	int n;
+
+	ASSERT_NE(MAP_FAILED, odp);
+	mr = ibv_reg_mr(self->d.pd, odp, 2 * 4096, ALL_ACCESS | IBV_ACCESS_ON_DEMAND);
+	ASSERT_NE(NULL, mr);
+	ASSERT_EQ(0, munmap(odp + 4096, 4096));
+	fill(data, sizeof(data), 5);
+	bth(&p, WRITE_ONLY, q, 0, 1);
+	reth(&p, (uintptr_t)odp + 4096, mr->rkey, MTU);
+	add(&p, data, MTU);
+	n = until_taken(self, _metadata, &p, &a);
+	EXPECT_LT(1, n) TH_LOG("no RNR NAK first");
+	EXPECT_GT(50, n) TH_LOG("RNR NAKs for ever");
+	EXPECT_EQ(ACK, a.b[0]);
+	EXPECT_EQ(0x62, a.b[12]) TH_LOG("syndrome 0x%x", a.b[12]);
+	EXPECT_EQ(IBV_QPS_ERR, qp_state(self->qp));
+	ibv_dereg_mr(mr);
+	munmap(odp, 4096);
+}
+
 /* Reads the requester's next packet, expecting op at psn. */
 #define EXPECT_REQ(w, a, op, psn) do {						\
 	ASSERT_LT(0, recv_pkt(w, a, 3000)) TH_LOG("nothing sent");		\

@@ -110,8 +110,9 @@ impl Ticket {
     }
 }
 
-/// A requester waiting for a fault (`FaultState::waiters`).
-pub(crate) type Waiter<'a> = (&'a Arc<QpShared>, &'a Cell<Ticket>);
+/// A requester waiting for a fault (`FaultState::waiters`), if it is to be scheduled when the
+/// fault ends (not one on the wire: it sends the message again by itself), and its ticket.
+pub(crate) type Waiter<'a> = (Option<&'a Arc<QpShared>>, &'a Cell<Ticket>);
 
 /// A responder QP's fault state (`QpShared::fault`): taken under the QP's receive side by the
 /// responder and alone by the fault work, never held across a fault.
@@ -186,7 +187,8 @@ fn verdict(
 
 /// The responder of `dst` found `w` of its own memory unmapped during a delivery; `from` is the
 /// requester that waits for it (none for a datagram, which is lost: its receiver's fault is
-/// only queued for the next one). `Err` with the error of the fault that `from` waited for, of
+/// only queued for the next one; for an RC packet from the wire only its ticket: its requester
+/// sends it again after the RNR NAK). `Err` with the error of the fault that `from` waited for, of
 /// exactly this range (the delivery then ends as a failed fault of its own would), or `EAGAIN`
 /// after [`ROUNDS`]; otherwise `Ok` once the fault is queued (or one is under way) and `from`
 /// will be scheduled when it ends: the message waits.
@@ -198,7 +200,7 @@ pub(super) fn ask(dst: &Arc<QpShared>, from: Option<Waiter<'_>>, w: Want) -> Res
             ticket.set(t);
             return Err(e);
         }
-        if !f.waiters.iter().any(|x| Arc::ptr_eq(x, q)) {
+        if let Some(q) = q.filter(|q| !f.waiters.iter().any(|x| Arc::ptr_eq(x, q))) {
             // The data path allocates here only while a fault is under way; without memory
             // the delivery fails as the fault would.
             if f.waiters.push(q.clone(), GFP_KERNEL).is_err() {

@@ -66,6 +66,7 @@ use crate::{
     qp::QpShared,
     stats::Counter,
 };
+use core::cell::Cell;
 use kernel::{
     prelude::*,
     sync::{atomic::Acquire, Arc},
@@ -1404,6 +1405,10 @@ pub(crate) struct Responder {
     /// Results of the last atomics, for duplicates: PSN and original value.
     atomics: [Option<(Psn, u64)>; ATOMIC_CACHE],
     next_atomic: usize,
+    /// RC: the fault the packet at `epsn` waits for (its RNR NAK), so that the packet sent
+    /// again learns how it ended: one that failed (a hole, read-only memory) gets a NAK
+    /// instead of an RNR NAK after each resend, for ever with an `rnr_retry` of 7.
+    fault: fault::Ticket,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -1432,6 +1437,7 @@ impl Default for Responder {
             cur: Cur::Idle,
             atomics: [None; ATOMIC_CACHE],
             next_atomic: 0,
+            fault: fault::Ticket::default(),
         }
     }
 }
@@ -1536,9 +1542,11 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         }
         return false;
     }
+    let fault = Cell::new(rq.wire.fault);
     let mut m = Message {
         from: qp,
-        ticket: None,
+        ticket: (!uc).then_some(&fault),
+        resends: true,
         opcode: op,
         src_qpn: rq.peer.0,
         src_gid: *from,
@@ -1640,6 +1648,11 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     let r = execute_in_order(qp, &mut rq, &m, p, mtu);
     rq.segs.clear();
     let w = &mut rq.wire;
+    // A packet taken ends its fault's story; the next one starts its own.
+    w.fault = match r {
+        Reply::Ack(_) => fault::Ticket::default(),
+        _ => fault.get(),
+    };
     let msn = match r {
         // Taken: the PSN moves on (a READ takes one per response packet).
         Reply::Ack(orig) => {

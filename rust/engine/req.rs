@@ -440,6 +440,7 @@ fn execute(
         ahead: 0,
         // A datagram never waits (see below).
         ticket: (!qp.qp_type.is_ud()).then_some(ticket),
+        resends: false,
     };
     let dest = if qp.qp_type.is_ud() {
         // A kernel consumer's WQE carries the address (its AH was checked when posting); a

@@ -173,7 +173,7 @@ fn wait_for(
     len: usize,
     write: bool,
 ) -> Miss {
-    let from = m.ticket.map(|t| (m.from, t));
+    let from = m.ticket.map(|t| ((!m.resends).then_some(m.from), t));
     let w = Want::new(mr.shared(), off, len, write).ahead(m.ahead);
     match fault::ask(dst, from, w) {
         Ok(()) => Miss::Wait,

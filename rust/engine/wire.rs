@@ -418,6 +418,7 @@ impl Inbox {
         let m = Message {
             from: qp,
             ticket: None,
+            resends: true,
             opcode: if imm.is_some() {
                 WrOpcode::SendWithImm
             } else {
