@@ -84,6 +84,14 @@ const ATOMIC_CACHE: usize = crate::qp::MAX_RD_ATOMIC as usize;
 /// The AETH credit field rxe sends: no end-to-end flow control.
 const NO_CREDITS: u8 = 0x1f;
 
+/// A SEND or WRITE packet whose PSN is a multiple of this, less one, is acknowledged even when
+/// it does not ask (the IBA lets a responder acknowledge any packet): rxe's requester arms its
+/// retransmission timer at a message's first packet and only an ACK moves it on, so a long
+/// message whose packets all come before one ACK at its end had that time (67 ms at
+/// ibv_rc_pingpong's `timeout` 14) to cross the link and be placed whole, which under emulation
+/// it did not always; the retry that followed met rxe's lost completion (see `rodp.rst`).
+const ACK_EVERY: u32 = 16;
+
 /// Messages sent behind the one at the head while it waits for its answer.
 const AHEAD: usize = 32;
 
@@ -1716,7 +1724,10 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                     atomic_ack(qp, back(dest).as_ref(), psn, msn, orig)
                 }
                 Kind::Flush | Kind::AtomicWrite => placed_ack(qp, back(dest).as_ref(), psn, msn),
-                _ if p.hdr.bth.ack_req || p.info.position.ends() => {
+                _ if p.hdr.bth.ack_req
+                    || p.info.position.ends()
+                    || psn.get() % ACK_EVERY == ACK_EVERY - 1 =>
+                {
                     ack(qp, back(dest).as_ref(), Syndrome::Ack(NO_CREDITS), psn, msn)
                 }
                 _ => {}
