@@ -1599,6 +1599,8 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     }
     if d < 0 {
         qp.tables.stats.inc(Counter::DuplicateRequest);
+        // The fault ticket is the packet at `epsn`'s, not a duplicate's (a READ executed again).
+        m.ticket = None;
         let w = &rq.wire;
         let (acked, epsn, msn) = (w.acked, w.epsn, w.msn);
         match p.info.kind {
