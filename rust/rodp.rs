@@ -44,7 +44,7 @@ module! {
     params: {
         max_pd: u32 {
             default: 65536,
-            description: "Protection domains per device, 1 to 65536 (read when a device is created)",
+            description: "Protection domains per device, 1 to 65536 (default 65536)",
         },
     },
 }
