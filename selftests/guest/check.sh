@@ -29,21 +29,23 @@ filter=$(cat /mnt/rodp/filter 2>/dev/null || echo '*')
 # from its RUN line to the next one (or the end), as "PROGRAM/TEST" in results/times: the
 # host's summary lists the slowest.
 stamp() {
-	scur= sstart=
+	scur=
 	while IFS= read -r sline; do
 		printf '%s\n' "$sline"
 		case $sline in
 		"#  RUN "*) ;;
 		*) continue ;;
 		esac
-		read -r sup _ < /proc/uptime
-		[ -z "$scur" ] ||
-			printf '%s/%s\t%s\n' "$1" "$scur" $((${sup%.*} - sstart)) >> "$res/times"
+		stamp_end "$1"
 		scur=${sline#"#  RUN"}
 		scur=${scur#"${scur%%[! ]*}"}
 		scur=${scur% ...}
 		sstart=${sup%.*}
 	done
+	stamp_end "$1"
+}
+# stamp_end PROGRAM: records the test under way (if any) as ending now (sup: the uptime).
+stamp_end() {
 	read -r sup _ < /proc/uptime
 	[ -z "$scur" ] || printf '%s/%s\t%s\n' "$1" "$scur" $((${sup%.*} - sstart)) >> "$res/times"
 }
@@ -58,11 +60,12 @@ for t in $(for g in $tests; do echo /mnt/rodp/tests/$g; done); do
 	esac
 	echo "== $name"
 	t0=$(now)
+	rm -f /tmp/test.rc
 	{
 		"$t" 2>&1
 		echo "$?" > /tmp/test.rc
 	} | stamp "$name" > "$res/$name.tap"
-	echo "$name exit $(cat /tmp/test.rc)" >> "$res/exits"
+	echo "$name exit $(cat /tmp/test.rc 2>/dev/null || echo none)" >> "$res/exits"
 	cat "$res/$name.tap"
 	# A test that died mid-way must not leave a stalled FUSE daemon behind (an ODP fault
 	# waiting for it would hang link deletion and rmmod): abort and unmount what is left.

@@ -55,7 +55,8 @@ pingpong() {
 # program started for each poll (ss took about as long as the server) would slow the start it
 # waits for, the vCPU being one.
 listening() {
-	lhex=$(printf ':%04X' "$1")
+	# the port in the files' hex, worked out once per port (a command substitution forks)
+	[ "${lport:-}" = "$1" ] || { lport=$1; lhex=$(printf ':%04X' "$1"); }
 	for lf in /proc/net/tcp /proc/net/tcp6; do
 		[ -r $lf ] || continue
 		# "sl local_address rem_address st ...": state 0A is LISTEN.
