@@ -242,7 +242,8 @@ FIXTURE_SETUP(cm)
 
 FIXTURE_TEARDOWN(cm)
 {
-	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1");
+	link_delete("rodp0");
+	link_delete("rodp1");
 }
 
 static void connect_and_talk(struct __test_metadata *_metadata, const char *src,
@@ -326,7 +327,7 @@ TEST_F_TIMEOUT(cm, link_delete_under_a_connection, 180)
 		usleep(100 * 1000);
 	EXPECT_FALSE(dev_listed("rodp0"));
 	EXPECT_EQ(0, read_long("/tmp/rodp_cm_del"));
-	sh(NULL, 0, "rdma link delete rodp1");
+	link_delete("rodp1");
 	/* ib_core's clients (ib_cm, rdma_cm) hold no module reference past the devices. */
 	EXPECT_EQ(ref, module_refcnt("rodp"));
 }

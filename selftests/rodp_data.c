@@ -30,7 +30,7 @@ static void rc_close(FIXTURE_DATA(rc) *self)
 {
 	rc_pair_close(&self->p);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 FIXTURE_TEARDOWN(rc)
@@ -520,7 +520,8 @@ TEST(rc_between_two_devices)
 		ibv_destroy_cq(cq[i]);
 		dev_close(&d[i]);
 	}
-	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1");
+	link_delete("rodp0");
+	link_delete("rodp1");
 }
 
 TEST_HARNESS_MAIN

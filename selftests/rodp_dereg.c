@@ -178,7 +178,7 @@ FIXTURE_TEARDOWN(dereg)
 	if (self->cq)
 		ibv_destroy_cq(self->cq);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* The attacker runs op over len bytes at raddr through rkey; returns its status. */

@@ -21,7 +21,7 @@ FIXTURE_TEARDOWN(dev)
 {
 	if (self->ctx)
 		ibv_close_device(self->ctx);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_F(dev, listed_with_rxe_provider)
@@ -243,7 +243,7 @@ TEST(link_add_duplicate_name)
 	ensure_netdevs();
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	EXPECT_TRUE(add_fails_with("rodp0", "veth1", EEXIST));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST(link_add_same_netdev_twice)
@@ -251,7 +251,7 @@ TEST(link_add_same_netdev_twice)
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	EXPECT_TRUE(add_fails_with("rodp1", "veth0", EEXIST));
 	EXPECT_FALSE(dev_listed("rodp1"));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST(link_add_name_too_long)
@@ -296,7 +296,8 @@ TEST(two_devices_two_netdevs)
 	ASSERT_EQ(0, link_add("rodp1", "veth1"));
 	EXPECT_TRUE(dev_listed("rodp0"));
 	EXPECT_TRUE(dev_listed("rodp1"));
-	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1");
+	link_delete("rodp0");
+	link_delete("rodp1");
 }
 
 TEST(netdev_delete_removes_device)
@@ -319,14 +320,14 @@ TEST(rxe_and_rodp_exclude_each_other)
 	/* rdma_rxe would take rodp0 for its own device: its loading is refused. */
 	EXPECT_NE(0, sh(out, sizeof(out), "modprobe rdma_rxe"));
 	EXPECT_NE(NULL, strstr(out, strerror(EBUSY)));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 	/* With rxe loaded, rodp refuses to create devices. */
 	ASSERT_EQ(0, sh(NULL, 0, "modprobe rdma_rxe"));
 	EXPECT_TRUE(add_fails_with("rodp0", "veth0", EBUSY));
 	EXPECT_FALSE(dev_listed("rodp0"));
 	EXPECT_EQ(0, sh(NULL, 0, "rmmod rdma_rxe"));
 	EXPECT_EQ(0, link_add("rodp0", "veth0"));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_HARNESS_MAIN

@@ -62,7 +62,7 @@ FIXTURE_TEARDOWN(engine)
 	if (self->buf && self->buf != MAP_FAILED)
 		munmap(self->buf, 4 * LEN);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* n signaled RDMA writes on the unrelated pair, one at a time; returns the slowest in ms. */

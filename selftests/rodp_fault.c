@@ -690,7 +690,7 @@ FIXTURE_TEARDOWN(fault)
 	if (self->fusectl_mounted)
 		umount2(FUSECTL, MNT_DETACH);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* The victim's verbs, run aside so that a hang shows as a time-out, not a stuck test. */
@@ -1242,7 +1242,7 @@ TEST(long_chain_does_not_starve)
 	rc_pair_close(&big);
 	rc_pair_close(&small);
 	dev_close(&d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_HARNESS_MAIN

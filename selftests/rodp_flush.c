@@ -75,7 +75,7 @@ FIXTURE_TEARDOWN(fl)
 		free(self->buf[i]);
 	}
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* Waits for A's completion: its status, or -1. */

@@ -48,7 +48,7 @@ FIXTURE_TEARDOWN(iso)
 	munmap(self->sh, sizeof(*self->sh));
 	rc_pair_close(&self->v);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* Runs fn(sh) in a child that is uid 65534; returns the child's exit status. */

@@ -36,7 +36,7 @@ TEST_F_TIMEOUT(loop, context_300_no_leak, 600)
 	after = kmalloc_settled(before);
 	EXPECT_LT(after - before, SLAB_SLACK) TH_LOG("kmalloc objects %ld -> %ld", before, after);
 	EXPECT_EQ(ref, module_refcnt("rodp"));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /*
@@ -101,7 +101,7 @@ TEST_F_TIMEOUT(loop, pd_limit_enforced_and_released, 600)
 	ibv_close_device(ctx);
 	EXPECT_EQ(ref, module_refcnt("rodp"));
 	free(pds);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 	/* The next tests' devices have the default limit again. */
 	EXPECT_EQ(0, sh(out, sizeof(out), "rmmod rodp 2>&1 && modprobe rodp 2>&1")) TH_LOG("%s", out);
 }
@@ -125,10 +125,10 @@ TEST(rmmod_with_context_open_tears_down)
 	EXPECT_EQ(-1, module_refcnt("rodp"));
 	EXPECT_EQ(NULL, ibv_alloc_pd(ctx));
 	EXPECT_EQ(0, ibv_close_device(ctx));
-	/* rdma link add loads the module again through its alias. */
+	/* A link add (NEWLINK) loads the module again through its alias. */
 	EXPECT_EQ(0, link_add("rodp0", "veth0"));
 	EXPECT_TRUE(dev_listed("rodp0"));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* Opens rodp0, allocates and frees a PD, closes, until told to stop; counts what worked. */
@@ -178,7 +178,8 @@ FIXTURE_TEARDOWN(race)
 {
 	self->churn.stop = 1;
 	pthread_join(self->thread, NULL);
-	sh(NULL, 0, "rdma link delete rodp0; ip link delete rdum1");
+	link_delete("rodp0");
+	sh(NULL, 0, "ip link delete rdum1");
 	TH_LOG("%ld ms", now_ms() - self->t0);
 }
 
@@ -186,8 +187,8 @@ TEST_F_TIMEOUT(race, link_delete_while_contexts_churn, 600)
 {
 	for (int i = 0; i < 4; i++) {
 		usleep(200000);
-		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
-		ASSERT_EQ(0, sh(NULL, 0, "rdma link add rodp0 type rodp netdev veth0"));
+		ASSERT_EQ(0, link_delete("rodp0"));
+		ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	}
 	/* The churn really ran against live devices, not only against missing ones. */
 	EXPECT_LT(0, self->churn.pds) TH_LOG("opened %ld contexts", self->churn.opened);
@@ -207,7 +208,7 @@ TEST_F_TIMEOUT(race, netdev_delete_while_contexts_churn, 600)
 {
 	for (int i = 0; i < 3; i++) {
 		ASSERT_EQ(0, sh(NULL, 0, "ip link add rdum1 type dummy && ip link set rdum1 up"));
-		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0; rdma link add rodp0 type rodp netdev rdum1"));
+		ASSERT_EQ(0, link_add("rodp0", "rdum1"));
 		usleep(200000);
 		/* ib_core holds the netdev until rodp lets go of it: this must not hang. */
 		ASSERT_EQ(0, sh(NULL, 0, "timeout 60 ip link delete rdum1"));
@@ -299,7 +300,7 @@ FIXTURE_TEARDOWN(busy)
 	self->traffic.stop = 1;
 	pthread_join(self->thread, NULL);
 	EXPECT_EQ(0, self->traffic.bad_data);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 	TH_LOG("%ld ms", now_ms() - self->t0);
 }
 
@@ -310,8 +311,8 @@ TEST_F_TIMEOUT(busy, link_delete_during_traffic, 600)
 
 		for (int j = 0; j < 100 && self->traffic.ops == before; j++)
 			usleep(50000);
-		ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
-		ASSERT_EQ(0, sh(NULL, 0, "rdma link add rodp0 type rodp netdev veth0"));
+		ASSERT_EQ(0, link_delete("rodp0"));
+		ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	}
 	EXPECT_LT(3, self->traffic.ops);
 }

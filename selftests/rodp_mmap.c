@@ -166,7 +166,7 @@ static void remove_under_rings(struct __test_metadata *_metadata, const char *cm
 	char out[512];
 	int st;
 
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 	vm_none = rodp_vmallocs();
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	vm_dev = rodp_vmallocs();
@@ -195,7 +195,7 @@ static void remove_under_rings(struct __test_metadata *_metadata, const char *cm
 		EXPECT_EQ(0, sh(out, sizeof(out), "rmmod rodp")) TH_LOG("%s", out);
 	EXPECT_EQ(-1, module_refcnt("rodp"));
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST(link_delete_zaps_rings)
@@ -223,7 +223,7 @@ TEST(mapping_outlives_cq)
 	struct dev d;
 	int n;
 
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	vm_dev = rodp_vmallocs();
 	ASSERT_EQ(0, dev_open(&d, "rodp0"));
@@ -261,7 +261,7 @@ TEST(mapping_outlives_cq)
 	EXPECT_EQ(vm_dev, rodp_vmallocs());
 	EXPECT_EQ(0, rings(r, 8));
 	dev_close(&d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* ::ffff:239.x.y.z, the i-th test group. */
@@ -406,7 +406,7 @@ TEST(mcast_per_user_limits)
 	TH_LOG("detaching %d attachments one by one: %.3f s", MAX_USER_ATTACH, r->detach);
 	child_close(&c);
 	munmap(r, sizeof(*r));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /*
@@ -482,7 +482,8 @@ FIXTURE_SETUP(slow)
 
 FIXTURE_TEARDOWN(slow)
 {
-	sh(NULL, 0, "rdma link delete rodp0; ip link delete " NOIP6);
+	link_delete("rodp0");
+	sh(NULL, 0, "ip link delete " NOIP6);
 }
 
 /*

@@ -41,7 +41,7 @@ FIXTURE_TEARDOWN(mw)
 	rc_pair_close(&self->rc);
 	munmap(self->mem, LEN);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 static int atomic_add(FIXTURE_DATA(mw) *self, uint64_t raddr, uint32_t rkey, uint64_t add)

@@ -265,7 +265,7 @@ TEST_F_TIMEOUT(slow, windows_and_reregistration_change_under_traffic, 600)
 	munmap(s.buf[0], 2 * BUF);
 	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0) - slab0);
 	EXPECT_EQ(refs0, module_refcnt("rodp"));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_HARNESS_MAIN

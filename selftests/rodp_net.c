@@ -212,7 +212,8 @@ static int port_listed(const char *file)
 
 TEST(port_free_without_device)
 {
-	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1");
+	link_delete("rodp0");
+	link_delete("rodp1");
 	EXPECT_EQ(0, bind_errno(AF_INET));
 	EXPECT_EQ(0, bind_errno(AF_INET6));
 	EXPECT_FALSE(port_listed("udp"));
@@ -239,7 +240,9 @@ FIXTURE_SETUP(net)
 
 FIXTURE_TEARDOWN(net)
 {
-	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1; ip link del veth0.7");
+	link_delete("rodp0");
+	link_delete("rodp1");
+	sh(NULL, 0, "ip link del veth0.7");
 }
 
 TEST_F_TIMEOUT(net, port_bound_then_released_by_delete, 120)
@@ -248,7 +251,7 @@ TEST_F_TIMEOUT(net, port_bound_then_released_by_delete, 120)
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET6));
 	EXPECT_TRUE(port_listed("udp"));
 	EXPECT_TRUE(port_listed("udp6"));
-	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
+	ASSERT_EQ(0, link_delete("rodp0"));
 	/* Released before the delete returned. */
 	EXPECT_EQ(0, bind_errno(AF_INET));
 	EXPECT_EQ(0, bind_errno(AF_INET6));
@@ -259,9 +262,9 @@ TEST_F_TIMEOUT(net, port_bound_then_released_by_delete, 120)
 TEST_F_TIMEOUT(net, devices_of_a_namespace_share_the_port, 120)
 {
 	ASSERT_EQ(0, link_add("rodp1", "veth1"));
-	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
+	ASSERT_EQ(0, link_delete("rodp0"));
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET));
-	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp1"));
+	ASSERT_EQ(0, link_delete("rodp1"));
 	EXPECT_EQ(0, bind_errno(AF_INET));
 	EXPECT_EQ(0, bind_errno(AF_INET6));
 	/* And the next device binds it again. */
@@ -295,7 +298,7 @@ TEST_F_TIMEOUT(net, datagrams_of_another_netdev_count_nowhere, 120)
 	long rcvd;
 
 	/* rodp0 lives on veth1 now; veth0 has no device. */
-	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
+	ASSERT_EQ(0, link_delete("rodp0"));
 	ASSERT_EQ(0, link_add("rodp0", "veth1"));
 	rcvd = read_long(CNT "rcvd_pkts");
 	ASSERT_LE(0, rcvd);
@@ -328,7 +331,8 @@ FIXTURE(rxe) {};
 FIXTURE_SETUP(rxe)
 {
 	ensure_netdevs();
-	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1");
+	link_delete("rodp0");
+	link_delete("rodp1");
 }
 FIXTURE_TEARDOWN(rxe)
 {
@@ -341,7 +345,7 @@ TEST_F_TIMEOUT(rxe, rxe_binds_the_port_after_rodp, 240)
 	long t0 = now_ms();
 
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
-	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rodp0"));
+	ASSERT_EQ(0, link_delete("rodp0"));
 	TH_LOG("rodp0 added and deleted in %ld ms", now_ms() - t0);
 	t0 = now_ms();
 	ASSERT_EQ(0, sh(NULL, 0, "modprobe rdma_rxe"));
@@ -351,13 +355,13 @@ TEST_F_TIMEOUT(rxe, rxe_binds_the_port_after_rodp, 240)
 	TH_LOG("rxe0 added in %ld ms", now_ms() - t0);
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET));
 	t0 = now_ms();
-	ASSERT_EQ(0, sh(NULL, 0, "rdma link delete rxe0"));
+	ASSERT_EQ(0, link_delete("rxe0"));
 	ASSERT_EQ(0, sh(NULL, 0, "rmmod rdma_rxe"));
 	TH_LOG("rxe0 deleted and rdma_rxe unloaded in %ld ms", now_ms() - t0);
 	/* And rodp again after rxe. */
 	ASSERT_EQ(0, link_add("rodp0", "veth0"));
 	EXPECT_EQ(EADDRINUSE, bind_errno(AF_INET));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_HARNESS_MAIN

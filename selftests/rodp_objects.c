@@ -28,7 +28,7 @@ FIXTURE_TEARDOWN(obj)
 	if (self->mr)
 		ibv_dereg_mr(self->mr);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_F(obj, cq_depth_limits)
@@ -274,7 +274,7 @@ FIXTURE_TEARDOWN(ud)
 		ibv_destroy_cq(self->cq);
 	free(self->buf);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 static int ud_send(FIXTURE_DATA(ud) *self, uint32_t qkey, uint32_t len)
@@ -505,7 +505,7 @@ TEST_F(ud, multicast_to_a_neighbour_device_arrives_once)
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
 	dev_close(&d1);
-	sh(NULL, 0, "rdma link delete rodp1");
+	link_delete("rodp1");
 }
 
 TEST_F(ud, wrong_qkey_is_dropped)
@@ -601,7 +601,7 @@ FIXTURE_TEARDOWN(srq)
 		ibv_destroy_cq(self->cq);
 	free(self->buf);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 static int srq_send(FIXTURE_DATA(srq) *self, struct ibv_ah *ah, struct ibv_qp *to, int id)

@@ -54,7 +54,7 @@ FIXTURE_TEARDOWN(odp)
 	rc_pair_close(&self->rc);
 	munmap(self->odp, LEN);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* QP 0 runs op between its pinned buffer and the ODP MR at off; returns the status. */

@@ -160,7 +160,7 @@ FIXTURE_SETUP(cost)
 FIXTURE_TEARDOWN(cost)
 {
 	rmdir(CG);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_F(cost, follows_mapped_memory_and_is_charged_to_the_caller)

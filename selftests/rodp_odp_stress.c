@@ -218,7 +218,7 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 	rc_pair_close(&rc);
 	dev_close(&d);
 	EXPECT_EQ(refs0, module_refcnt("rodp"));
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_HARNESS_MAIN

@@ -59,7 +59,7 @@ FIXTURE_TEARDOWN(rereg)
 	munmap(self->a, LEN);
 	munmap(self->b, LEN);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* Pair i runs op between its buffer and raddr through the MR's key; returns the status. */

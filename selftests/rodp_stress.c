@@ -311,7 +311,8 @@ static void stress(struct __test_metadata *_metadata, const char *a, const char 
 	EXPECT_LT(after - before, SLAB_SLACK) TH_LOG("kmalloc objects %ld -> %ld", before, after);
 	EXPECT_EQ(vm, rodp_vmallocs());
 	EXPECT_EQ(ref, module_refcnt("rodp"));
-	sh(NULL, 0, "rdma link delete rodp0; rdma link delete rodp1");
+	link_delete("rodp0");
+	link_delete("rodp1");
 }
 
 /* A minute of traffic plus setup and the slab settling take several minutes under TCG. */

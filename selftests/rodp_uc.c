@@ -31,7 +31,7 @@ FIXTURE_TEARDOWN(uc)
 {
 	rc_pair_close(&self->p);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 static long cnt(const char *name)

@@ -377,7 +377,8 @@ FIXTURE_TEARDOWN(wire)
 		ibv_destroy_cq(self->cq);
 	dev_close(&self->d);
 	free(self->buf);
-	sh(NULL, 0, "rdma link delete rodp0; ip neigh del 10.0.0.%d dev veth0", PEER_IP);
+	link_delete("rodp0");
+	sh(NULL, 0, "ip neigh del 10.0.0.%d dev veth0", PEER_IP);
 }
 
 static long cnt(const char *name)

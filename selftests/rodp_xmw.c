@@ -118,7 +118,7 @@ FIXTURE_TEARDOWN(xmw)
 {
 	if (self->ctx)
 		ibv_close_device(self->ctx);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 TEST_F(xmw, the_device_says_what_it_binds)
@@ -266,7 +266,7 @@ FIXTURE_TEARDOWN(objs)
 	rc_pair_close(&self->rc);
 	munmap(self->mem, LEN);
 	dev_close(&self->d);
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 
 /* The worked example of xmw.rst (lib/xmw/examples/matrix_column.c, built through pkg-config
@@ -1472,7 +1472,7 @@ FIXTURE(other) {};
 FIXTURE_SETUP(other)
 {
 	ensure_netdevs();
-	sh(NULL, 0, "rdma link delete rodp0");
+	link_delete("rodp0");
 }
 FIXTURE_TEARDOWN(other)
 {
