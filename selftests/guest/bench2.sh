@@ -88,10 +88,7 @@ for p in $pairs; do
 			# shellcheck disable=SC2086
 			timeout 120 "$prog" -d "$dev" -x "$gid" $args > /tmp/bench.s 2>&1 &
 			spid=$!
-			for i in $(seq 150); do
-				listening 18515 && break
-				sleep 0.2
-			done
+			waitfor 30 listen 18515 "$spid"
 			sync_peer "ready $n" > /dev/null || exit 1
 			prof_start
 			wait $spid || sed 's/^/# server: /' /tmp/bench.s

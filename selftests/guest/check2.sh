@@ -44,7 +44,7 @@ verbs() {
 		return $vrc
 		;;
 	client) run "$prog" -d "$dev" -g "$gid" "$@" "$addr_a" ;;
-	ready) listening 18515 ;;
+	ready) waitfor 60 listen 18515 "$spid" ;;
 	esac
 }
 
@@ -61,7 +61,7 @@ perf() {
 	case $side in
 	server) run "$prog" -d "$dev" -x "$gid" -F "$@" ;;
 	client) run "$prog" -d "$dev" -x "$gid" -F "$@" "$addr_a" ;;
-	ready) listening 18515 ;;
+	ready) waitfor 60 listen 18515 "$spid" ;;
 	esac
 }
 
@@ -72,7 +72,7 @@ udaddy_role() {
 	case $side in
 	server) run udaddy -b "$addr_a" "$@" ;;
 	client) run udaddy -s "$addr_a" "$@" ;;
-	ready) rdma resource show cm_id 2>/dev/null | grep -q LISTEN ;;
+	ready) poll 60 cm_listening ;;
 	esac
 }
 
@@ -83,7 +83,7 @@ ucmatose_role() {
 	case $side in
 	server) run ucmatose -b "$addr_a" "$@" ;;
 	client) run ucmatose -s "$addr_a" "$@" ;;
-	ready) rdma resource show cm_id 2>/dev/null | grep -q LISTEN ;;
+	ready) poll 60 cm_listening ;;
 	esac
 }
 
@@ -94,7 +94,7 @@ rping_role() {
 	case $side in
 	server) run rping -s -a "$addr_a" -V "$@" ;;
 	client) run rping -c -a "$addr_a" -V "$@" ;;
-	ready) rdma resource show cm_id 2>/dev/null | grep -q LISTEN ;;
+	ready) poll 60 cm_listening ;;
 	esac
 }
 
@@ -125,29 +125,21 @@ nfs_role() {
 	server)
 		nfs_up 64 || return 1
 		if [ -n "$down" ]; then
-			for i in $(seq 1200); do
-				[ -f /srv/nfs/data ] &&
-					[ "$(stat -c %s /srv/nfs/data)" -ge 1048576 ] && break
-				sleep 0.1
-			done
+			waitfor 120 size /srv/nfs/data 1048576
 			echo "link down at $(stat -c %s /srv/nfs/data 2>/dev/null) bytes"
 			link_blip 10
 		fi
 		nrc=1
-		for i in $(seq 600); do
-			if [ -s /srv/nfs/done ]; then
-				sleep 1
-				echo "client: $(cat /srv/nfs/done)"
-				echo "server: $(sha256sum < /srv/nfs/data)"
-				[ "$(cat /srv/nfs/done)" = "$(sha256sum < /srv/nfs/data)" ] && nrc=0
-				break
-			fi
-			sleep 0.5
-		done
+		if waitfor 300 file /srv/nfs/done; then
+			sleep 1
+			echo "client: $(cat /srv/nfs/done)"
+			echo "server: $(sha256sum < /srv/nfs/data)"
+			[ "$(cat /srv/nfs/done)" = "$(sha256sum < /srv/nfs/data)" ] && nrc=0
+		fi
 		nfs_down
 		return $nrc
 		;;
-	ready) nfs_ready ;;
+	ready) waitfor 60 line /proc/fs/nfsd/portlist rdma "$spid" ;;
 	client)
 		nfs_mount "$vers" || return 1
 		head -c ${NFS_MB}M /dev/urandom > /tmp/nfs.data
@@ -210,19 +202,18 @@ nvme_role() {
 	server)
 		nvme_up 16 $srq || return 1
 		if [ -n "$down" ]; then
-			for i in $(seq 1200); do
-				[ -n "$(dd if=$NVME_IMG bs=4096 skip=256 count=1 2>/dev/null | tr -d '\0' |
-					head -c 1)" ] && break
-				sleep 0.1
-			done
+			waitfor 120 data $NVME_IMG 1048576
 			echo "link down after the first MiB"
 			link_blip 10
 		fi
 		nrc=1 srqs=0
-		for i in $(seq 600); do
-			# The SRQs live while a host is connected: counted while waiting.
+		for i in $(seq 150); do
+			# The SRQs live while a host is connected: counted every 2 s while waiting for
+			# the marker (its first byte, at the last block).
+			waitfor 2 data $NVME_IMG $((4095 * 4096)) && w=0 || w=1
 			n=$(nvme_srqs)
 			[ "$n" -gt "$srqs" ] && srqs=$n
+			[ $w = 0 ] || continue
 			m=$(dd if=$NVME_IMG bs=4096 skip=4095 count=1 2>/dev/null | tr -d '\0')
 			case $m in
 			DONE*)
@@ -240,7 +231,7 @@ nvme_role() {
 		nvme_down || nrc=1
 		return $nrc
 		;;
-	ready) nvme_ready ;;
+	ready) poll 60 cm_listening ;;
 	client)
 		nvme_connect || return 1
 		nrc=1
@@ -293,7 +284,7 @@ ops_role() {
 	case $side in
 	server) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" "$@" ;;
 	client) run /mnt/rodp/tests/wire_ops -d "$dev" -g "$gid" "$@" -c "$addr_a" ;;
-	ready) listening 18516 ;;
+	ready) waitfor 60 listen 18516 "$spid" ;;
 	esac
 }
 
@@ -383,18 +374,12 @@ netem_run() {
 	netem_qdisc "$lspare" "$lopts" || return 1
 	$lfn "$lside" "$@" &
 	lpid=$!
-	# A program still running after 100 s (of the guest's clock: under TCG a loop of
-	# sleeps takes longer than its sleeps) is stuck: its QPs' state (the PSNs each side is
+	# A program still running after 100 s is stuck: its QPs' state (the PSNs each side is
 	# at) and its rdma_cm IDs go to the log before run's time limit ends it.
-	lt0=$(cut -d. -f1 /proc/uptime)
-	while kill -0 $lpid 2>/dev/null; do
-		if [ $(($(cut -d. -f1 /proc/uptime) - lt0)) -ge 100 ]; then
-			rdma -dd resource show qp
-			rdma resource show cm_id
-			break
-		fi
-		sleep 0.2
-	done
+	if ! waitfor 100 exit $lpid; then
+		rdma -dd resource show qp
+		rdma resource show cm_id
+	fi
 	lrc=0
 	wait $lpid || lrc=$?
 	tc -s qdisc show dev "$nic" | tee /tmp/netem.stats
@@ -455,12 +440,9 @@ case2_once() {
 		if [ $rc = 0 ]; then
 			$fn server "$@" > $out 2>&1 &
 			spid=$!
-			# Up to 60 s for the server to listen (it may also die first).
-			for i in $(seq 300); do
-				if $fn ready "$@"; then ready=0; break; fi
-				kill -0 $spid 2>/dev/null || break
-				sleep 0.2
-			done
+			# Up to 60 s for the server to listen (it may also die first): each role's
+			# "ready" waits (waitfor, or poll for what waitfor cannot see).
+			if $fn ready "$@"; then ready=0; fi
 		fi
 		sync_peer "ready $n" $ready > /dev/null || lost=1
 		if [ $rc = 0 ]; then

@@ -50,36 +50,47 @@ pingpong() {
 	[ $src -eq 0 ] && [ $crc -eq 0 ]
 }
 
-# listening PORT: a socket of this guest listens on TCP port PORT. The shell reads
-# /proc/net/tcp and tcp6 itself: the callers poll while a server starts, and under TCG a
-# program started for each poll (ss took about as long as the server) would slow the start it
-# waits for, the vCPU being one.
-listening() {
-	# the port in the files' hex, worked out once per port (a command substitution forks)
-	[ "${lport:-}" = "$1" ] || { lport=$1; lhex=$(printf ':%04X' "$1"); }
-	for lf in /proc/net/tcp /proc/net/tcp6; do
-		[ -r $lf ] || continue
-		# "sl local_address rem_address st ...": state 0A is LISTEN.
-		while read -r _ laddr _ lst _; do
-			case $laddr/$lst in *"$lhex"/0A) return 0 ;; esac
-		done < $lf
+# waitfor SECS CONDITION...: selftests/waitfor.c, a wait that polls without starting a program
+# each time (its comment says why): listen PORT, file PATH, size PATH BYTES, data PATH OFFSET,
+# line PATH WORD, each with an optional PID whose end ends the wait; or exit PID.
+waitfor() { /mnt/rodp/tests/waitfor "$@"; }
+
+# poll SECS CMD...: runs CMD every half second until it succeeds (0), SECS have passed or the
+# server spid has ended (1), for conditions waitfor cannot see.
+poll() {
+	p_n=$(($1 * 2))
+	shift
+	while [ $p_n -gt 0 ]; do
+		"$@" && return 0
+		kill -0 "$spid" 2>/dev/null || return 1
+		sleep 0.5
+		p_n=$((p_n - 1))
 	done
 	return 1
 }
 
 # now: a reading of the clocks, "SECONDS,BUSY": the guest's uptime (under TCG its clock follows
-# the host's) and the CPU time its vCPUs have spent busy (not idle), both in seconds.
+# the host's) and the CPU time its vCPUs have spent busy (not idle), both in seconds. Shell
+# builtins only (now_read sets now_s and now_b): under TCG each program started costs about
+# 0.2 s of the vCPU, and these run around every test and case.
+now_read() {
+	# "cpu user nice system idle iowait irq softirq steal ...", in 1/100 s
+	read -r _ n_u n_n n_s _ _ n_i n_si n_st _ < /proc/stat
+	read -r now_s _ < /proc/uptime
+	now_s=${now_s%.*} now_b=$(((n_u + n_n + n_s + n_i + n_si + n_st) / 100))
+}
 now() {
-	awk '/^cpu / { b = ($2 + $3 + $4 + $7 + $8 + $9) / 100 }
-	     END { getline u < "/proc/uptime"; printf "%d,%d\n", u, b }' /proc/stat
+	now_read
+	echo "$now_s,$now_b"
 }
 
 # timing NAME START: records the time since START (a reading of now) in results/times, as
 # NAME<TAB>SECONDS<TAB>BUSY VCPU SECONDS ("PHASE/PART" is a part of PHASE, which has a line of
 # its own; the host's summary prints the table); sets el to the seconds.
 timing() {
-	el=$(($(now | cut -d, -f1) - ${2%,*}))
-	printf '%s\t%s\t%s\n' "$1" "$el" $(($(now | cut -d, -f2) - ${2#*,})) >> /mnt/rodp/results/times
+	now_read
+	el=$((now_s - ${2%,*}))
+	printf '%s\t%s\t%s\n' "$1" "$el" $((now_b - ${2#*,})) >> /mnt/rodp/results/times
 }
 
 # Kernel memory leaks: kml_clear forgets what boot left (before the module under test loads);

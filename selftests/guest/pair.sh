@@ -47,6 +47,9 @@ sync_peer() {
 	esac
 }
 
+# cm_listening: an rdma_cm ID of this guest listens (rping's, NVMe's target, ...).
+cm_listening() { rdma resource show cm_id 2>/dev/null | grep -q LISTEN; }
+
 # gid_of ADDR: the index of the RoCE v2 GID of ADDR (an IPv4 address in its IPv4-mapped form)
 # in dev's GID table, which ib_core fills a moment after the link appears.
 gid_of() {

@@ -24,9 +24,6 @@ nfs_up() {
 	cat /proc/fs/nfsd/portlist
 }
 
-# nfs_ready: A's server listens on RDMA.
-nfs_ready() { grep -q rdma /proc/fs/nfsd/portlist 2>/dev/null; }
-
 # nfs_down: stops A's server and drops the export's contents.
 nfs_down() {
 	rpc.nfsd 0
@@ -73,9 +70,6 @@ nvme_up() {
 	echo 4420 > $NVMET/ports/1/addr_trsvcid
 	ln -s $sub $NVMET/ports/1/subsystems/$NVME_NQN
 }
-
-# nvme_ready: A's target listens.
-nvme_ready() { rdma resource show cm_id 2>/dev/null | grep -q LISTEN; }
 
 # nvme_srqs: how many SRQs A's device has now.
 nvme_srqs() { rdma resource show srq 2>/dev/null | grep -c "dev $dev "; }

@@ -13,11 +13,7 @@ server_ready() {
 		sleep 1
 		return
 	fi
-	for _ in $(seq 100); do
-		listening "$2" && return
-		kill -0 "$1" 2>/dev/null || return
-		sleep 0.1
-	done
+	waitfor 10 listen "$2" "$1" || true
 }
 
 # pair NAME SERVER_CMD CLIENT_CMD [TCP_PORT]: starts the server, then the client once the
