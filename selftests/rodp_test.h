@@ -263,7 +263,7 @@ static inline void rdma_nl_put(struct nlmsghdr *req, int type, const void *v, in
 static inline int rdma_nl(struct nlmsghdr *req, int op, struct rdma_nl_dev *d)
 {
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	static char buf[32768];
+	char buf[32768]; /* a dump reads at most 32 KiB at a time; on the stack for threads */
 	int fd, ret = -EIO;
 	ssize_t n;
 
@@ -326,6 +326,8 @@ static inline int link_add(const char *dev, const char *ndev)
 {
 	struct rdma_nl_req req = { .h.nlmsg_len = NLMSG_HDRLEN };
 
+	if (strlen(dev) >= 64 || strlen(ndev) >= 16)
+		return -ENAMETOOLONG; /* IB_DEVICE_NAME_MAX, IFNAMSIZ: req has room for these */
 	ensure_netdevs();
 	if (ib_dev_exists(dev))
 		link_delete(dev);

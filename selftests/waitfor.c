@@ -10,7 +10,8 @@
  *   waitfor SECS size PATH BYTES [PID]
  *                                    PATH exists and holds at least BYTES
  *   waitfor SECS data PATH OFFSET [PID]
- *                                    the byte of PATH at OFFSET is not zero (written)
+ *                                    the 4 KiB block of PATH at OFFSET holds a byte that is
+ *                                    not zero (random data written there may start with one)
  *   waitfor SECS line PATH WORD [PID]
  *                                    a line of PATH begins with WORD
  *   waitfor SECS exit PID            process PID has ended
@@ -66,14 +67,18 @@ static bool has_bytes(const char *path, long long bytes)
 static bool has_data(const char *path, long long offset)
 {
 	FILE *f = fopen(path, "r");
-	int c = EOF;
+	unsigned char block[4096];
+	size_t n = 0;
 
 	if (!f)
 		return false;
 	if (!fseeko(f, offset, SEEK_SET))
-		c = fgetc(f);
+		n = fread(block, 1, sizeof(block), f);
 	fclose(f);
-	return c != EOF && c != 0;
+	for (size_t i = 0; i < n; i++)
+		if (block[i])
+			return true;
+	return false;
 }
 
 static bool has_line(const char *path, const char *word)

@@ -51,8 +51,8 @@ pingpong() {
 }
 
 # waitfor SECS CONDITION...: selftests/waitfor.c, a wait that polls without starting a program
-# each time (its comment says why): listen PORT, file PATH, size PATH BYTES, data PATH OFFSET,
-# line PATH WORD, each with an optional PID whose end ends the wait; or exit PID.
+# each time (its comment says why): listen PORT, file PATH, size PATH BYTES, data PATH OFFSET
+# (a byte not zero in the 4 KiB there), line PATH WORD, each with an optional PID whose end ends the wait; or exit PID.
 waitfor() { /mnt/rodp/tests/waitfor "$@"; }
 
 # poll SECS CMD...: runs CMD every half second until it succeeds (0), SECS have passed or the
