@@ -33,7 +33,7 @@ TEST_F_TIMEOUT(loop, context_300_no_leak, 600)
 		ASSERT_NE(NULL, ctx);
 		ASSERT_EQ(0, ibv_close_device(ctx));
 	}
-	after = kmalloc_settled(before);
+	after = kmalloc_settled(before, SLAB_SLACK);
 	EXPECT_LT(after - before, SLAB_SLACK) TH_LOG("kmalloc objects %ld -> %ld", before, after);
 	EXPECT_EQ(ref, module_refcnt("rodp"));
 	link_delete("rodp0");
@@ -113,7 +113,7 @@ TEST_F_TIMEOUT(pd_limit, enforced_and_released, 600)
 	if (n > 0)
 		ibv_dealloc_pd(pds[0]);
 	/* Every PD taken and given back: the objects are gone again. */
-	after = kmalloc_settled(before);
+	after = kmalloc_settled(before, SLAB_SLACK);
 	EXPECT_LT(after - before, SLAB_SLACK) TH_LOG("kmalloc objects %ld -> %ld", before, after);
 	ibv_close_device(ctx);
 	EXPECT_EQ(ref, module_refcnt("rodp"));

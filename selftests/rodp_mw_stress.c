@@ -263,7 +263,7 @@ TEST_F_TIMEOUT(slow, windows_and_reregistration_change_under_traffic, 600)
 	dev_close(&d);
 	munmap(s.mem, NW * SLOT);
 	munmap(s.buf[0], 2 * BUF);
-	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0) - slab0);
+	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0, SLAB_SLACK) - slab0);
 	EXPECT_EQ(refs0, module_refcnt("rodp"));
 	link_delete("rodp0");
 }

@@ -200,7 +200,7 @@ TEST_F_TIMEOUT(slow, transfers_while_the_memory_changes_under_them, 600)
 	EXPECT_LT(100, r.transfers);
 	EXPECT_LT(100, r.ops);
 	/* Slab objects back to where they were, give or take unrelated kernel activity. */
-	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0) - slab0);
+	EXPECT_GT(SLAB_SLACK, kmalloc_settled(slab0, SLAB_SLACK) - slab0);
 	/*
 	 * Nothing the device mapped stays allocated. ODP holds no page references; one kept per
 	 * transfer or per memory change would be tens of MiB of anonymous pages left on the LRU

@@ -307,7 +307,7 @@ static void stress(struct __test_metadata *_metadata, const char *a, const char 
 	ASSERT_EQ(pid, waitpid(pid, &st, 0));
 	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	close(sv[0]);
-	after = kmalloc_settled(before);
+	after = kmalloc_settled(before, SLAB_SLACK);
 	EXPECT_LT(after - before, SLAB_SLACK) TH_LOG("kmalloc objects %ld -> %ld", before, after);
 	EXPECT_EQ(vm, rodp_vmallocs());
 	EXPECT_EQ(ref, module_refcnt("rodp"));
