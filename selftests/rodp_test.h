@@ -204,7 +204,11 @@ static inline void ensure_netdevs(void)
 		    " lladdr $(cat /sys/class/net/veth1/address)");
 }
 
-/* Whether an RDMA device of this name is registered. */
+/*
+ * Whether an RDMA device of this name is registered, from sysfs: cheap enough for every
+ * link_add. Tests ask dev_listed() instead, which sees what an application sees (libibverbs'
+ * device list).
+ */
 static inline bool ib_dev_exists(const char *dev)
 {
 	char path[128];

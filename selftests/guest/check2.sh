@@ -209,7 +209,7 @@ nvme_role() {
 		nrc=1 srqs=0
 		for i in $(seq 150); do
 			# The SRQs live while a host is connected: counted every 2 s while waiting for
-			# the marker (its first byte, at the last block).
+			# the marker (a byte not zero in the last block).
 			waitfor 2 data $NVME_IMG $((4095 * 4096)) && w=0 || w=1
 			n=$(nvme_srqs)
 			[ "$n" -gt "$srqs" ] && srqs=$n
@@ -500,8 +500,9 @@ cases() {
 	# the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m: ibv_attach_mcast alone,
 	# the device makes its netdev join the IP group), READs of 64 KiB, atomics, ATOMIC WRITE
 	# and FLUSH, an extended window's layout (wire_ops -x: rxe writes, reads and adds through
-	# it knowing nothing of layouts; part of it through a nested window). (rdma_cm's mckey is not here: its sender destroys its QP right after
-	# posting, before a software device has sent its datagrams.)
+	# it knowing nothing of layouts; part of it through a nested window). (rdma_cm's mckey is
+	# not here: its sender destroys its QP right after posting, before a software device has
+	# sent its datagrams.)
 	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rodp rxe verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
@@ -589,7 +590,8 @@ if sync_peer hello "" 900 > /dev/null; then
 	cases
 else
 	echo "no peer"
-	[ "$role" = a ] && printf 'TAP version 13\n1..1\nnot ok 1 two guests # no peer\n' > "$res/check2.tap"
+	[ "$role" = a ] &&
+		printf 'TAP version 13\n1..1\nnot ok 1 two guests # no peer\n' > "$res/check2.tap"
 fi
 t0=$(now)
 rdma_links_delete

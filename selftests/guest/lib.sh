@@ -52,7 +52,8 @@ pingpong() {
 
 # waitfor SECS CONDITION...: selftests/waitfor.c, a wait that polls without starting a program
 # each time (its comment says why): listen PORT, file PATH, size PATH BYTES, data PATH OFFSET
-# (a byte not zero in the 4 KiB there), line PATH WORD, each with an optional PID whose end ends the wait; or exit PID.
+# (a byte not zero in the 4 KiB there), line PATH WORD, each with an optional PID whose end
+# ends the wait; or exit PID.
 waitfor() { /mnt/rodp/tests/waitfor "$@"; }
 
 # poll SECS CMD...: runs CMD every half second until it succeeds (0), SECS have passed or the
@@ -116,7 +117,10 @@ kml_report() {
 # rdma_links_delete: deletes every RDMA link (rodp's and rxe's), so that the log shows any
 # splat teardown would cause.
 rdma_links_delete() {
-	for d in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(l["ifname"].split("/")[0] for l in json.load(sys.stdin)))'); do
-		rdma link delete "$d" || true
+	# Every RDMA device here is a link of one of the two drivers (sysfs, not rdma -j piped to
+	# an interpreter that takes a second to start under TCG).
+	for d in /sys/class/infiniband/*; do
+		[ -e "$d" ] || continue
+		rdma link delete "${d##*/}" || true
 	done
 }
