@@ -144,9 +144,12 @@ nfs_role() {
 		nfs_mount "$vers" || return 1
 		head -c ${NFS_MB}M /dev/urandom > /tmp/nfs.data
 		nrc=0
-		t0=$(cut -d. -f1 /proc/uptime)
+		# Not t0: case2_once's start, which its timing line needs.
+		now_read
+		ct0=$now_s
 		timeout 300 cp /tmp/nfs.data /mnt/nfs/data || nrc=1
-		echo "copied in $(($(cut -d. -f1 /proc/uptime) - t0)) s"
+		now_read
+		echo "copied in $((now_s - ct0)) s"
 		# Four writers at once, eight small files each.
 		wpids=
 		for w in 1 2 3 4; do
@@ -239,16 +242,19 @@ nvme_role() {
 		head -c 4M /dev/urandom > /tmp/nvme.data
 		# With "down" the same 4 MiB are written again until the controller has reconnected
 		# by itself (at most 90 s): the link may go down after a pass has ended.
-		t0=$(cut -d. -f1 /proc/uptime) passes=0 wrc=0 recon=0
+		now_read
+		ct0=$now_s passes=0 wrc=0 recon=0
 		while :; do
 			run dd if=/tmp/nvme.data of="$nvme_blk" bs=64k oflag=direct status=none ||
 				{ wrc=1; break; }
 			passes=$((passes + 1))
 			recon=$(($(dmesg | grep -c "Successfully reconnected") - recon0))
 			[ -n "$down" ] && [ "$recon" = 0 ] || break
-			[ $(($(cut -d. -f1 /proc/uptime) - t0)) -lt 90 ] || break
+			now_read
+			[ $((now_s - ct0)) -lt 90 ] || break
 		done
-		echo "written $passes time(s) in $(($(cut -d. -f1 /proc/uptime) - t0)) s"
+		now_read
+		echo "written $passes time(s) in $((now_s - ct0)) s"
 		if [ -n "$down" ]; then
 			echo "the controller reconnected by itself $recon time(s)"
 			[ "$recon" -ge 1 ] || wrc=1
