@@ -501,8 +501,8 @@ cases() {
 	case2 "rping 3" rxe rxe rping_role -C 3
 	# rodp answering rxe. UD, rdma_cm over UD (address and route resolution, SIDR over
 	# QP1: MADs as RoCEv2 datagrams), RC SENDs of 4 KiB at MTU 1024 (4 packets each), 64 KiB
-	# SENDs (64 packets) into explicit ODP memory (a responder's missing page is an RNR NAK
-	# and a retry), an SRQ shared by 16 QPs, RC over a VLAN (the GID table's entry decides,
+	# and 1 MiB SENDs (64 and 1,024 packets) into explicit ODP memory (a responder's missing
+	# page is an RNR NAK and a retry), an SRQ shared by 16 QPs, RC over a VLAN (the GID table's entry decides,
 	# the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m: ibv_attach_mcast alone,
 	# the device makes its netdev join the IP group), READs of 64 KiB, atomics, ATOMIC WRITE
 	# and FLUSH, an extended window's layout (wire_ops -x: rxe writes, reads and adds through
@@ -512,6 +512,7 @@ cases() {
 	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rodp rxe verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
+	case2 "ibv_rc_pingpong 1M odp" rodp rxe verbs ibv_rc_pingpong -n 1 -s 1048576 -c rodp:-o
 	case2 "ibv_srq_pingpong 4096" rodp rxe verbs ibv_srq_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096 vlan" rodp rxe vlan verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_ud_pingpong 512 ipv6" rodp rxe v6 verbs ibv_ud_pingpong -n 5 -s 512
@@ -536,6 +537,7 @@ cases() {
 	case2 "ibv_ud_pingpong 512" rxe rodp verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rxe rodp udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rxe rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
+	case2 "ibv_rc_pingpong 1M odp" rxe rodp verbs ibv_rc_pingpong -n 1 -s 1048576 -c rodp:-o
 	case2 "ibv_rc_pingpong 4096 ipv6" rxe rodp v6 verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_uc_pingpong 4096" rxe rodp verbs ibv_uc_pingpong -n 5 -s 4096
 	case2 "rping 3" rxe rodp rping_role -C 3
@@ -558,6 +560,7 @@ cases() {
 	case2 "udaddy 3" rodp rodp udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rodp rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
 	case2 "ibv_rc_pingpong 64K implicit odp" rodp rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c -o -O -P
+	case2 "ibv_rc_pingpong 1M implicit odp" rodp rodp verbs ibv_rc_pingpong -n 1 -s 1048576 -c -o -O -P
 	case2 "ibv_srq_pingpong 4096" rodp rodp verbs ibv_srq_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096 ipv6" rodp rodp v6 verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096 vlan" rodp rodp vlan verbs ibv_rc_pingpong -n 5 -s 4096
