@@ -7,8 +7,9 @@
  * for veth0 (root only; the test kernel has no network namespaces, see rodp_net.c).
  *
  * The responder: in-order SENDs (one and several packets), WRITE, READ (two response
- * packets), FETCH_ADD with a duplicate replayed from the cache, each acknowledged as IBTA
- * says; and every hostile packet harmless and counted: a bad ICRC, a stranger's source
+ * packets; asked for again, served only within a READ taken), FETCH_ADD with a duplicate
+ * replayed from the cache, each acknowledged as IBTA says; and every hostile packet harmless
+ * and counted: a bad ICRC, a stranger's source
  * address, a PSN gap (one NAK), a duplicate (acknowledged again, delivered once), a WRITE
  * beyond the MR (NAK, QP in error), a packet out of its message's order (NAK), answers nobody
  * asked for. The requester: a two-packet SEND completes on the peer's ACK, an RNR NAK and a
@@ -609,6 +610,69 @@ static int write_only(struct _test_data_wire *self, uint32_t psn)
 	reth(&p, (uintptr_t)self->buf + 100, self->mr->rkey, sizeof(data));
 	add(&p, data, sizeof(data));
 	return send_pkt(&self->w, &p, PEER_IP, 0);
+}
+
+/*
+ * A READ asked for again is served only when it asks for a part of a READ taken: from one of
+ * its response PSNs, with its key, inside its range (a requester asking again for what it
+ * lacks, IBTA 9.7.5.1.1). Any other READ behind the expected PSN was never asked for: with the
+ * peer's address (spoofed: any host can put it in a packet) and a PSN of the half of the PSN
+ * space behind, it would make the responder send memory of the key's MR towards the peer. It
+ * is dropped and counted as a duplicate, and the QP works on.
+ */
+TEST_F(wire, duplicate_read_is_served_again_only_within_a_read_taken)
+{
+	uint64_t va = (uintptr_t)self->buf;
+	uint32_t q = self->qp->qp_num, rkey = self->mr->rkey;
+	long dup = cnt("duplicate_request");
+	/* Not parts of the READ: more bytes, another range, another key, the PSN of the WRITE
+	 * after it, a PSN half the PSN space behind. */
+	const struct {
+		uint32_t psn, off, len, key;
+	} bad[] = {
+		{ 0, 4096, MTU + 501, rkey },
+		{ 0, 0, MTU + 500, rkey },
+		{ 0, 4096, MTU + 500, rkey ^ 0x5500 },
+		{ 2, 4096, 16, rkey },
+		{ (3 - 0x7fffff) & 0xffffff, 4096, 16, rkey },
+	};
+	struct pkt p, a;
+
+	fill(self->buf + 4096, 2 * MTU, 8);
+	/* The READ taken (MTU + 500 bytes, response PSNs 0 and 1), then the same again. */
+	for (int i = 0; i < 2; i++) {
+		bth(&p, READ_REQ, q, 0, 1);
+		reth(&p, va + 4096, rkey, MTU + 500);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000)) TH_LOG("READ %d not answered", i);
+		EXPECT_EQ(READ_RESP_FIRST, a.b[0]);
+		EXPECT_EQ(0, pkt_psn(&a));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
+		EXPECT_EQ(READ_RESP_LAST, a.b[0]);
+		EXPECT_EQ(1, pkt_psn(&a));
+		EXPECT_EQ(0, memcmp(a.b + 16, self->buf + 4096 + MTU, 500));
+	}
+	/* Asked again from its second response packet: its last 500 bytes. */
+	bth(&p, READ_REQ, q, 1, 1);
+	reth(&p, va + 4096 + MTU, rkey, 500);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000)) TH_LOG("the READ's rest not answered");
+	EXPECT_EQ(READ_RESP_ONLY, a.b[0]);
+	EXPECT_EQ(1, pkt_psn(&a));
+	EXPECT_EQ(12 + 4 + 500, a.len);
+	EXPECT_EQ(0, memcmp(a.b + 16, self->buf + 4096 + MTU, 500));
+	ASSERT_EQ(0, write_only(self, 2));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 2);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		bth(&p, READ_REQ, q, bad[i].psn, 1);
+		reth(&p, va + bad[i].off, bad[i].key, bad[i].len);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("READ %zu answered", i);
+	}
+	EXPECT_EQ(dup + 2 + 5, cnt("duplicate_request"));
+	/* The QP works on. */
+	ASSERT_EQ(0, write_only(self, 3));
+	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
 }
 
 /*
@@ -1640,6 +1704,8 @@ static const struct hostile hostile[] = {
 	{ "UD SEND_ONLY at an RC QP", -1 },
 	{ "BTH cut to 8 bytes", -1 },
 	{ "WRITE_ONLY cut inside its RETH", -1 },
+	{ "READ whose RETH announces 4 GiB - 1 (more than the longest message)", 0x61 },
+	{ "WRITE_FIRST whose RETH announces 4 GiB - 1", 0x61 },
 	{ "SEND half the PSN space behind: a duplicate", ACK_SYN },
 };
 
@@ -1716,6 +1782,15 @@ static void hostile_pkt(struct _test_data_wire *self, struct pkt *p, int k, stru
 		reth(p, va, rkey, 16);
 		p->len = 12 + 10;
 		break;
+	case 13:
+		bth(p, READ_REQ, q, 0, 1);
+		reth(p, va, rkey, 0xffffffffu);
+		break;
+	case 14:
+		bth(p, WRITE_FIRST, q, 0, 0);
+		reth(p, va, rkey, 0xffffffffu);
+		add(p, self->buf, MTU);
+		break;
 	default:
 		bth(p, SEND_ONLY, q, 0x800001, 1);
 		add(p, self->buf, 16);
@@ -1734,6 +1809,8 @@ TEST_F(wire, hostile_requests_get_the_answer_the_spec_says)
 	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
 	uint8_t *other_buf = calloc(1, 4096), *no_read_buf = calloc(1, 4096), zero[64] = { 0 };
 	struct ibv_pd *pd2 = ibv_alloc_pd(self->d.ctx);
+	/* The last of hostile[]: the duplicate SEND. */
+	const int dup_k = sizeof(hostile) / sizeof(hostile[0]) - 1;
 	struct ibv_mr *other, *no_read;
 	struct ibv_wc wc;
 	struct pkt p, a;
@@ -1745,7 +1822,7 @@ TEST_F(wire, hostile_requests_get_the_answer_the_spec_says)
 			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	ASSERT_NE(NULL, no_read);
 	fill(self->buf, BUF_LEN, 8);
-	for (int k = 0; k < (int)(sizeof(hostile) / sizeof(hostile[0])); k++) {
+	for (int k = 0; k <= dup_k; k++) {
 		const struct hostile *c = &hostile[k];
 		long dropped = cnt("rcvd_dropped_pkts");
 
@@ -1766,11 +1843,11 @@ TEST_F(wire, hostile_requests_get_the_answer_the_spec_says)
 		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000)) TH_LOG("%s: no answer", c->name);
 		EXPECT_EQ(ACK, a.b[0]) TH_LOG("%s", c->name);
 		EXPECT_EQ(c->syndrome, a.b[12]) TH_LOG("%s: syndrome 0x%x", c->name, a.b[12]);
-		EXPECT_EQ(k == 13 ? 0xffffffu : 0, pkt_psn(&a)) TH_LOG("%s", c->name);
+		EXPECT_EQ(k == dup_k ? 0xffffffu : 0, pkt_psn(&a)) TH_LOG("%s", c->name);
 		EXPECT_EQ(c->syndrome == ACK_SYN ? IBV_QPS_RTS : IBV_QPS_ERR, qp_state(self->qp))
 			TH_LOG("%s", c->name);
 		/* A duplicate is not delivered again; the other receive completes flushed. */
-		if (k == 13)
+		if (k == dup_k)
 			EXPECT_EQ(0, poll1(self->cq, &wc, 200)) TH_LOG("%s: delivered", c->name);
 	}
 	/* Nothing was written anywhere: the other PD's MR and the MR without remote read. */

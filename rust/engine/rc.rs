@@ -31,14 +31,15 @@
 //! **Responder.** A request packet ([`request`]) is taken only from the connected peer (the route's
 //! GID, with the QP number the packet names) and only at the expected PSN; a later PSN gets one PSN
 //! sequence NAK, an earlier one is a duplicate: SEND and WRITE are acknowledged again, a READ is
-//! executed again from the request, an atomic's result is replayed from the last [`ATOMIC_CACHE`]
-//! results. Its memory is the QP's own: a page of ODP memory that is not mapped is handed to the
-//! QP's fault work and the packet gets an RNR NAK with the QP's `min_rnr_timer`, so that the peer
-//! sends it again once the fault had time to end (mlx5's answer to a responder page fault too). A
-//! WRITE is checked whole at its first packet, and its fault takes in the rest of the WRITE with
-//! the packet's pages (up to `fault::AHEAD`), so that one fault serves the whole WRITE. Memory that
-//! cannot be faulted in gets the NAK a local requester would see as `REM_ACCESS_ERR` or
-//! `REM_OP_ERR`.
+//! executed again from the request when it asks for a part of a READ taken (the PSNs of its
+//! response, its key and a range inside its range), an atomic's result is replayed; both from
+//! the last [`RESOURCES`] READs and atomics taken. Its memory is the QP's own: a page of ODP
+//! memory that is not mapped is handed to the QP's fault work and the packet gets an RNR NAK with
+//! the QP's `min_rnr_timer`, so that the peer sends it again once the fault had time to end
+//! (mlx5's answer to a responder page fault too). A WRITE is checked whole at its first packet,
+//! and its fault takes in the rest of the WRITE with the packet's pages (up to `fault::AHEAD`), so
+//! that one fault serves the whole WRITE. Memory that cannot be faulted in gets the NAK a local
+//! requester would see as `REM_ACCESS_ERR` or `REM_OP_ERR`.
 
 use super::{
     comp::Exec,
@@ -76,10 +77,52 @@ use kernel::{
 /// until the requester copies it into place.
 const READ_CHUNK: usize = 64 << 10;
 
-/// Atomic results a responder keeps for duplicate requests: as many as a QP's
-/// `max_dest_rd_atomic` may be (a requester has that many atomics outstanding at most, and
-/// any of them may be asked for again).
-const ATOMIC_CACHE: usize = crate::qp::MAX_RD_ATOMIC as usize;
+/// READs and atomics a responder keeps for duplicate requests (IBTA's responder resources): as
+/// many as a QP's `max_dest_rd_atomic` may be (a requester has that many outstanding at most,
+/// and any of them may be asked for again).
+const RESOURCES: usize = crate::qp::MAX_RD_ATOMIC as usize;
+
+/// A READ or an atomic the responder took, kept for its duplicates.
+#[derive(Clone, Copy)]
+enum Taken {
+    /// A READ: its first PSN, its response packets, and the range and key it read.
+    Read {
+        psn: Psn,
+        n: u32,
+        va: u64,
+        len: u64,
+        rkey: u32,
+    },
+    /// An atomic: its PSN and the value it found.
+    Atomic { psn: Psn, orig: u64 },
+}
+
+impl Taken {
+    /// Whether a duplicate READ at `psn` of `n` packets, of `len` bytes at `va` through
+    /// `rkey`, asks for a part of this READ: from one of its response PSNs on (a requester
+    /// asking again from the first response packet it lacks, IBTA 9.7.5.1.1), within its PSNs,
+    /// its key and its range (rxe's `duplicate_request` checks the same). Anything else was
+    /// never asked for on this connection and is not answered: the packet of a spoofed
+    /// source, sent to make the responder send memory towards its peer, is dropped.
+    fn covers_read(&self, psn: Psn, n: u32, va: u64, len: u64, rkey: u32) -> bool {
+        let Taken::Read {
+            psn: first,
+            n: count,
+            va: start,
+            len: whole,
+            rkey: key,
+        } = *self
+        else {
+            return false;
+        };
+        let end = first.add(count);
+        psn.diff(first) >= 0
+            && psn.add(n).diff(end) <= 0
+            && rkey == key
+            && va >= start
+            && (va - start).checked_add(len).is_some_and(|e| e <= whole)
+    }
+}
 
 /// The AETH credit field rxe sends: no end-to-end flow control.
 const NO_CREDITS: u8 = 0x1f;
@@ -1410,9 +1453,9 @@ pub(crate) struct Responder {
     dropping: bool,
     /// The message being received.
     cur: Cur,
-    /// Results of the last atomics, for duplicates: PSN and original value.
-    atomics: [Option<(Psn, u64)>; ATOMIC_CACHE],
-    next_atomic: usize,
+    /// The last READs and atomics taken, for duplicates.
+    taken: [Option<Taken>; RESOURCES],
+    next_taken: usize,
     /// RC: the fault the packet at `epsn` waits for (its RNR NAK), so that the packet sent
     /// again learns how it ended: one that failed (a hole, read-only memory) gets a NAK
     /// instead of an RNR NAK after each resend, for ever with an `rnr_retry` of 7.
@@ -1443,8 +1486,8 @@ impl Default for Responder {
             nak_sent: false,
             dropping: false,
             cur: Cur::Idle,
-            atomics: [None; ATOMIC_CACHE],
-            next_atomic: 0,
+            taken: [None; RESOURCES],
+            next_taken: 0,
             fault: fault::Ticket::default(),
         }
     }
@@ -1606,20 +1649,25 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         match p.info.kind {
             Kind::ReadRequest => {
                 let n = qp_mtu(qp).packets(m.len as u64) as u32;
-                // Only a request whose whole response lies before `epsn` was executed.
-                if psn.add(n).diff(epsn) > 0 {
+                let (va, len, rkey) = (m.remote_addr, m.len as u64, m.rkey);
+                // Only a part of a READ taken, whose whole response lies before `epsn`.
+                if psn.add(n).diff(epsn) > 0
+                    || !w
+                        .taken
+                        .iter()
+                        .flatten()
+                        .any(|t| t.covers_read(psn, n, va, len, rkey))
+                {
                     return false;
                 }
                 drop(rq);
                 let _ = read(qp, back(dest).as_ref(), &m, psn, msn);
             }
             Kind::CompareSwap | Kind::FetchAdd => {
-                let orig = w
-                    .atomics
-                    .iter()
-                    .flatten()
-                    .find(|(p, _)| *p == psn)
-                    .map(|(_, v)| *v);
+                let orig = w.taken.iter().flatten().find_map(|t| match *t {
+                    Taken::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
                 drop(rq);
                 match orig {
                     Some(v) => atomic_ack(qp, back(dest).as_ref(), psn, msn, v),
@@ -1679,10 +1727,21 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 w.msn = w.msn.wrapping_add(1) & Psn::MASK;
                 w.cur = Cur::Idle;
             }
-            if op.is_atomic() {
-                let i = w.next_atomic;
-                w.atomics[i] = Some((psn, orig));
-                w.next_atomic = (i + 1) % ATOMIC_CACHE;
+            let taken = match p.info.kind {
+                Kind::ReadRequest => Some(Taken::Read {
+                    psn,
+                    n,
+                    va: m.remote_addr,
+                    len: m.len as u64,
+                    rkey: m.rkey,
+                }),
+                _ if op.is_atomic() => Some(Taken::Atomic { psn, orig }),
+                _ => None,
+            };
+            if taken.is_some() {
+                let i = w.next_taken;
+                w.taken[i] = taken;
+                w.next_taken = (i + 1) % RESOURCES;
             }
             w.msn
         }
@@ -1802,7 +1861,10 @@ fn execute_in_order(
                     },
                     _,
                 ) => (va, rkey, resid, total),
-                (_, Some(r)) => (r.va, r.rkey, u64::from(r.len), r.len),
+                // No message is longer than 2 GiB (rxe's `check_length` too).
+                (_, Some(r)) if u64::from(r.len) <= super::MAX_MSG => {
+                    (r.va, r.rkey, u64::from(r.len), r.len)
+                }
                 _ => return Reply::Nak(Nak::InvReq),
             };
             // The last packet carries exactly what is left, an earlier one leaves some for it.
@@ -1850,6 +1912,8 @@ fn execute_in_order(
             }
             r
         }
+        // A READ of more than 2 GiB would take more than half the PSN space for its response.
+        Kind::ReadRequest if m.len as u64 > super::MAX_MSG => Reply::Nak(Nak::InvReq),
         Kind::ReadRequest => match resp::read_target(qp, m) {
             Ok(_) => Reply::Ack(0),
             Err(r) => r,

@@ -322,6 +322,10 @@ pub(super) fn send_part(
         wc.imm_data = m.imm;
     }
     if m.opcode == WrOpcode::SendWithInv {
+        // The data is in place: the receive buffers' passes go first, or an invalidation of
+        // the registration holding them would wait (up to the gate's limit, in the worker
+        // every QP of the device shares) for this very access to leave.
+        segs.clear();
         // The key travels where immediate data would; the window must be bound to this QP.
         if dst.tables.invalidate(m.imm, Via::Send(dst)).is_err() {
             recv_err(dst, m, pending, wr_id, WcStatus::RemInvReqErr);
