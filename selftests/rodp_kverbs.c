@@ -60,6 +60,7 @@ FIXTURE_TEARDOWN(kv)
 
 KVERBS(frwr_caps)
 KVERBS(frwr_rdma)
+KVERBS(frwr_send_with_inv_of_its_receive_buffer)
 KVERBS(frwr_local_invalidate)
 KVERBS(frwr_key_rotation)
 KVERBS(frwr_reg_twice)

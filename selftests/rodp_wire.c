@@ -1705,6 +1705,7 @@ static const struct hostile hostile[] = {
 	{ "BTH cut to 8 bytes", -1 },
 	{ "WRITE_ONLY cut inside its RETH", -1 },
 	{ "READ whose RETH announces 4 GiB - 1 (more than the longest message)", 0x61 },
+	{ "SEND_ONLY of another partition (P_Key 0x1234)", -1 },
 	{ "WRITE_FIRST whose RETH announces 4 GiB - 1", 0x61 },
 	{ "SEND half the PSN space behind: a duplicate", ACK_SYN },
 };
@@ -1787,6 +1788,12 @@ static void hostile_pkt(struct _test_data_wire *self, struct pkt *p, int k, stru
 		reth(p, va, rkey, 0xffffffffu);
 		break;
 	case 14:
+		bth(p, SEND_ONLY, q, 0, 1);
+		p->b[2] = 0x12;
+		p->b[3] = 0x34;
+		add(p, self->buf, 16);
+		break;
+	case 15:
 		bth(p, WRITE_FIRST, q, 0, 0);
 		reth(p, va, rkey, 0xffffffffu);
 		add(p, self->buf, MTU);

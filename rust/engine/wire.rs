@@ -361,6 +361,13 @@ impl Inbox {
         let Ok(p) = parse(&ib.raw) else {
             return false;
         };
+        // The default partition only: the port's one P_Key is 0xffff (RoCE's), which a
+        // packet's P_Key matches when its low 15 bits are all ones (a full member matches a
+        // full or limited one, IBA 10.9.3). Another partition's packet is dropped, as rxe's
+        // `check_keys` drops it.
+        if p.hdr.bth.pkey & 0x7fff != 0x7fff {
+            return false;
+        }
         // A group is addressed by QP 0xffffff only (the IBA's multicast QPN): a datagram to a
         // multicast address naming another QP reaches nobody.
         match (

@@ -464,6 +464,57 @@ out:
 }
 
 /*
+ * A SEND with invalidate whose key names the very registration its receive buffer is in: the
+ * data lands, the completion says the key was invalidated, and it comes at once (the
+ * receiver's own access to the buffer has left before the invalidation waits for accesses to
+ * leave; it once waited for itself, the gate's whole 10 s, in the worker every QP shares).
+ */
+static int frwr_send_with_inv_of_its_receive_buffer(struct t *t)
+{
+	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
+	u8 *src = t->buf + BUF / 2;
+	unsigned long start;
+	struct ib_mr *mr;
+	struct ib_wc wc;
+	int ret;
+
+	try(frwr_mr(t, 8));
+	mr = t->mr;
+	try(reg(t, 0, mr, acc));
+	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_REG_MR, NULL));
+	for (u32 i = 0; i < 16; i++)
+		src[i] = (u8)(i + 1);
+	start = jiffies;
+	{
+		struct ib_sge r = { .addr = mr->iova, .length = 64, .lkey = mr->lkey };
+		struct ib_sge s = sge(t, BUF / 2, 16);
+		struct ib_recv_wr rw = { .sg_list = &r, .num_sge = 1 };
+		struct ib_send_wr sw = { .opcode = IB_WR_SEND_WITH_INV, .sg_list = &s,
+					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED,
+					 .ex.invalidate_rkey = mr->rkey };
+
+		try(ib_post_recv(t->qp[0], &rw, NULL));
+		try(ib_post_send(t->qp[1], &sw, NULL));
+	}
+	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_RECV, &wc));
+	check(time_before(jiffies, start + 5 * HZ), "the receive took %u ms",
+	      jiffies_to_msecs(jiffies - start));
+	try(expect(t, 1, IB_WC_SUCCESS, IB_WC_SEND, NULL));
+	check(wc.wc_flags & IB_WC_WITH_INVALIDATE, "no IB_WC_WITH_INVALIDATE (flags %x)",
+	      wc.wc_flags);
+	check(wc.ex.invalidate_rkey == mr->rkey, "invalidated %x, expected %x",
+	      wc.ex.invalidate_rkey, mr->rkey);
+	for (u32 i = 0; i < 16; i++)
+		check(*range_byte(&t->pg, i) == i + 1, "received byte %u", i);
+	/* Invalid now: a WRITE through the key is refused. */
+	try(rdma(t, 1, IB_WR_RDMA_WRITE, BUF / 2, 8, mr->iova, mr->rkey));
+	try(expect(t, 1, IB_WC_REM_ACCESS_ERR, 0, NULL));
+	ret = 0;
+out:
+	return ret;
+}
+
+/*
  * A local invalidate ends a registration: a WRITE through its key fails and changes nothing.
  * Invalidating it again succeeds; a stale key byte fails (IB_WC_LOC_QP_OP_ERR, rxe's status).
  */
@@ -1113,6 +1164,8 @@ static const struct {
 	enum ib_poll_context poll;
 } tests[] = {
 	{ "frwr_rdma", frwr_rdma, IB_POLL_DIRECT },
+	{ "frwr_send_with_inv_of_its_receive_buffer", frwr_send_with_inv_of_its_receive_buffer,
+	  IB_POLL_DIRECT },
 	{ "frwr_local_invalidate", frwr_local_invalidate, IB_POLL_DIRECT },
 	{ "frwr_key_rotation", frwr_key_rotation, IB_POLL_DIRECT },
 	{ "frwr_reg_twice", frwr_reg_twice, IB_POLL_DIRECT },
