@@ -146,6 +146,10 @@ pub(crate) struct RecvSide {
     /// the only source the responder accepts messages from (a copy, so that the responder
     /// takes no attribute lock).
     pub(crate) peer: (u32, [u8; 16]),
+    /// The GID the QP's route sends from (its `sgid_index`, as `modify` last set it): the only
+    /// destination the responder takes a peer's messages at (another of the host's addresses
+    /// reaches the device too, rxe's `check_addr` refuses it as well).
+    pub(crate) local: [u8; 16],
     /// The receive WQE being filled (own ring or SRQ).
     pub(crate) slot: RecvSlot,
     /// Whether `slot` holds a WQE taken from the ring that is not completed yet: a message
@@ -471,6 +475,7 @@ impl Qp {
                         cons: 0,
                         established: false,
                         peer: (0, [0; 16]),
+                        local: [0; 16],
                         slot: recv_slot,
                         pending: false,
                         segs,
@@ -679,6 +684,7 @@ impl Qp {
         take!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
         if let Some(g) = sgid {
             s.sq.lock().sgid = g;
+            s.rq.lock().local = g;
         }
         if mask & (qp_mask::AV | qp_mask::DEST_QPN) != 0 {
             s.rq.lock().peer = (n.dest_qp_num, n.route.dgid);

@@ -479,11 +479,15 @@ TEST_F(wire, bad_icrc_is_dropped_and_counted)
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
 }
 
+/*
+ * A stranger's packet (another source address), and the peer's to another address of this
+ * host than the QP's GID, are dropped and counted as peer errors; the peer's next is taken.
+ */
 TEST_F(wire, stranger_is_dropped_and_counted)
 {
 	struct ibv_wc wc;
 	long peer_err = cnt("rcvd_peer_err"), dropped = cnt("rcvd_dropped_pkts");
-	struct pkt a;
+	struct pkt p, a;
 
 	ASSERT_EQ(0, post_recv(self->qp, self->buf, 256, self->mr->lkey, 1));
 	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, STRANGER_IP, 0));
@@ -491,6 +495,17 @@ TEST_F(wire, stranger_is_dropped_and_counted)
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("a stranger got an answer");
 	EXPECT_EQ(peer_err + 1, cnt("rcvd_peer_err"));
 	EXPECT_EQ(dropped + 1, cnt("rcvd_dropped_pkts"));
+	/*
+	 * The peer's address, but to another of this host's addresses (veth1's: the host takes
+	 * it on veth0 as well) than the QP's own GID.
+	 */
+	bth(&p, SEND_ONLY, self->qp->qp_num, 0, 1);
+	add(&p, self->buf + 1024, 32);
+	ASSERT_EQ(0, send_pkt_to(&self->w, &p, PEER_IP, 0x0a000002, 0));
+	EXPECT_EQ(0, poll1(self->cq, &wc, 500)) TH_LOG("taken at another address");
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("answered at another address");
+	EXPECT_EQ(peer_err + 2, cnt("rcvd_peer_err"));
+	EXPECT_EQ(dropped + 2, cnt("rcvd_dropped_pkts"));
 	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 32, 1, PEER_IP, 0));
 	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);

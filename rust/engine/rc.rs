@@ -1561,7 +1561,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         })
     };
     let mut rq = qp.rq.lock();
-    if rq.peer.1 != *from {
+    if rq.peer.1 != *from || rq.local != *to {
         drop(rq);
         qp.tables.stats.inc(Counter::RcvdPeerErr);
         return false;
