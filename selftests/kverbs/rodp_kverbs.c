@@ -376,6 +376,21 @@ static int frwr_mr(struct t *t, u32 max)
 	return ret;
 }
 
+/*
+ * A receive into r posted on QP 0, then a SEND with invalidate of key, 16 bytes from the buffer's
+ * second half, posted on QP 1.
+ */
+static int send_with_inv(struct t *t, struct ib_sge r, u32 key)
+{
+	struct ib_sge s = sge(t, BUF / 2, 16);
+	struct ib_recv_wr rw = { .sg_list = &r, .num_sge = 1 };
+	struct ib_send_wr sw = { .opcode = IB_WR_SEND_WITH_INV, .sg_list = &s, .num_sge = 1,
+				 .send_flags = IB_SEND_SIGNALED, .ex.invalidate_rkey = key };
+	int ret = ib_post_recv(t->qp[0], &rw, NULL);
+
+	return ret ?: ib_post_send(t->qp[1], &sw, NULL);
+}
+
 /* ---- tests --------------------------------------------------------------------------- */
 
 /*
@@ -437,16 +452,7 @@ static int frwr_rdma(struct t *t)
 	      *(u64 *)dst, *word);
 
 	/* SEND with invalidate from QP 1 to QP 0. */
-	{
-		struct ib_sge r = sge(t, 0, 64), s = sge(t, BUF / 2, 16);
-		struct ib_recv_wr rw = { .sg_list = &r, .num_sge = 1 };
-		struct ib_send_wr sw = { .opcode = IB_WR_SEND_WITH_INV, .sg_list = &s,
-					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED,
-					 .ex.invalidate_rkey = mr->rkey };
-
-		try(ib_post_recv(t->qp[0], &rw, NULL));
-		try(ib_post_send(t->qp[1], &sw, NULL));
-	}
+	try(send_with_inv(t, sge(t, 0, 64), mr->rkey));
 	try(expect(t, 1, IB_WC_SUCCESS, IB_WC_SEND, NULL));
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_RECV, &wc));
 	check(wc.wc_flags & IB_WC_WITH_INVALIDATE, "no IB_WC_WITH_INVALIDATE (flags %x)",
@@ -485,17 +491,8 @@ static int frwr_send_with_inv_of_its_receive_buffer(struct t *t)
 	for (u32 i = 0; i < 16; i++)
 		src[i] = (u8)(i + 1);
 	start = jiffies;
-	{
-		struct ib_sge r = { .addr = mr->iova, .length = 64, .lkey = mr->lkey };
-		struct ib_sge s = sge(t, BUF / 2, 16);
-		struct ib_recv_wr rw = { .sg_list = &r, .num_sge = 1 };
-		struct ib_send_wr sw = { .opcode = IB_WR_SEND_WITH_INV, .sg_list = &s,
-					 .num_sge = 1, .send_flags = IB_SEND_SIGNALED,
-					 .ex.invalidate_rkey = mr->rkey };
-
-		try(ib_post_recv(t->qp[0], &rw, NULL));
-		try(ib_post_send(t->qp[1], &sw, NULL));
-	}
+	try(send_with_inv(t, (struct ib_sge){ .addr = mr->iova, .length = 64, .lkey = mr->lkey },
+			  mr->rkey));
 	try(expect(t, 0, IB_WC_SUCCESS, IB_WC_RECV, &wc));
 	check(time_before(jiffies, start + 5 * HZ), "the receive took %u ms",
 	      jiffies_to_msecs(jiffies - start));
