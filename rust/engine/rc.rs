@@ -101,8 +101,9 @@ impl Taken {
     /// Whether a duplicate READ at `psn` of `n` packets, of `len` bytes at `va` through
     /// `rkey`, asks for a part of this READ: from one of its response PSNs on (a requester
     /// asking again from the first response packet it lacks, IBTA 9.7.5.1.1), within its PSNs,
-    /// its key and its range (rxe's `duplicate_request` checks the same). Anything else was
-    /// never asked for on this connection and is not answered: the packet of a spoofed
+    /// its key and its range (rxe's `duplicate_request` checks all but the end PSN; a
+    /// requester asking again ends where the READ ended, rxe's and rodp's alike). Anything else
+    /// was never asked for on this connection and is not answered: the packet of a spoofed
     /// source, sent to make the responder send memory towards its peer, is dropped.
     fn covers_read(&self, psn: Psn, n: u32, va: u64, len: u64, rkey: u32) -> bool {
         let Taken::Read {

@@ -7,10 +7,11 @@
 //! A UD send to a GID that is no rodp device's on this host leaves as one RoCEv2 packet (BTH,
 //! DETH, ImmDt with immediate data, payload, ICRC), sent from the requester's work item; RC
 //! traffic is [`super::rc`]'s. A received packet is checked in softirq context (parse, ICRC,
-//! no IPv4 options, no UC), copied into its device's inbox (bounded) and handed out by the
-//! inbox's work item: a UD datagram to the responder as a local message, an RC request to
-//! [`super::rc::request`], an RC answer to [`super::rc::response`]. Every received packet
-//! counts in `rcvd_pkts`; one that no QP takes also in `rcvd_dropped_pkts`.
+//! no IPv4 options), copied into its device's inbox (bounded) and handed out by the inbox's
+//! work item: a UD datagram to the responder as a local message, an RC or UC request to
+//! [`super::rc::request`], an RC answer to [`super::rc::response`]; a packet of another
+//! partition than the default P_Key's is dropped there. Every received packet counts in
+//! `rcvd_pkts`; one that no QP takes also in `rcvd_dropped_pkts`.
 
 use super::{
     packet::{
@@ -461,8 +462,8 @@ impl Inbox {
     }
 }
 
-/// What delivery needs of the received datagram `pkt`, if it is a well-formed UD SEND with a
-/// right ICRC; allocates with `GFP_ATOMIC`.
+/// What delivery needs of the received datagram `pkt`, if it is a well-formed RoCEv2 packet
+/// with a right ICRC; allocates with `GFP_ATOMIC`.
 fn inbound(pkt: &udp::Packet<'_>) -> Option<Inbound> {
     let datagram = pkt.payload();
     let p = parse(datagram).ok()?;
