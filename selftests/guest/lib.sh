@@ -94,19 +94,15 @@ timing() {
 	printf '%s\t%s\t%s\n' "$1" "$el" $((now_b - ${2#*,})) >> /mnt/rodp/results/times
 }
 
-# Kernel memory leaks: kml_clear forgets what boot left (before the module under test loads)
-# and stops kmemleak's own scans (one a minute after boot, then every 10 minutes, each about
-# 15-20 s of the guest's one vCPU under TCG, taken from the tests: they would only find early
-# what the final scans find); kml_report scans once every test has run and every device and
-# module is gone (an object is reported once it has been unreferenced for 5 s across two
-# scans) and keeps the report and the kernel log in results/ for the host's summary.
+# Kernel memory leaks (the test kernel scans only when asked: no DEBUG_KMEMLEAK_AUTO_SCAN):
+# kml_clear forgets what boot left (before the module under test loads); kml_report scans once
+# every test has run and every device and module is gone (an object is reported once it has
+# been unreferenced for 5 s across two scans) and keeps the report and the kernel log in
+# results/ for the host's summary.
 kml=/sys/kernel/debug/kmemleak
 kml_clear() {
 	mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
-	if [ -w $kml ]; then
-		echo scan=off > $kml
-		echo clear > $kml
-	fi
+	[ -w $kml ] && echo clear > $kml
 	true
 }
 kml_report() {
