@@ -217,9 +217,8 @@ single() {
 # programs for the veth pair and the rdma tool (selftests/rodp_test.h): that took 40-55 % off
 # most programs, which fill A, and less off B's tools and pyverbs; rodp_stress (175 s, mostly
 # its fixed-length traffic) moved to A. Then (full run of 2026-11-29, 2,434 s) A's programs
-# took 1,086 s and B's 1,001; rodp_device lost 35 s and A's stress programs a wait for the
-# slab count that could no longer change their verdict: rodp_uc and rodp_odp_cost (39 s) moved
-# to B.
+# took 1,086 s and B's 1,001; rodp_device was to lose about 40 s: rodp_uc and rodp_odp_cost
+# (39 s) moved to B. The next full run: A's programs 915 s, B's 923 s.
 b_programs="rodp_device rodp_data rodp_mmap rodp_odp rodp_rereg rodp_net rodp_flush"
 b_programs="$b_programs rodp_uc rodp_odp_cost"
 printf '%s\n' "$b_programs" > "$share/b-programs"

@@ -383,8 +383,8 @@ static inline long kmalloc_objects(void)
  * kmalloc objects after a burst of frees, given a baseline and the growth a test allows: uverbs
  * frees objects after an RCU grace period, so wait (up to 20 s under TCG) while the count is
  * `slack` or more above the baseline. Waiting on once the count is within the slack could not
- * change the caller's verdict (its check is "below baseline + slack"); under KASAN the count
- * often never returns to the baseline itself. Says on stderr (a TAP comment) how long it took.
+ * change the caller's verdict (its check is "below baseline + slack"). Says on stderr (a TAP
+ * comment) where the count ended and how long it took.
  */
 static inline long kmalloc_settled(long baseline, long slack)
 {

@@ -502,13 +502,13 @@ cases() {
 	# rodp answering rxe. UD, rdma_cm over UD (address and route resolution, SIDR over
 	# QP1: MADs as RoCEv2 datagrams), RC SENDs of 4 KiB at MTU 1024 (4 packets each), 64 KiB
 	# and 1 MiB SENDs (64 and 1,024 packets) into explicit ODP memory (a responder's missing
-	# page is an RNR NAK and a retry), an SRQ shared by 16 QPs, RC over a VLAN (the GID table's entry decides,
-	# the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m: ibv_attach_mcast alone,
-	# the device makes its netdev join the IP group), READs of 64 KiB, atomics, ATOMIC WRITE
-	# and FLUSH, an extended window's layout (wire_ops -x: rxe writes, reads and adds through
-	# it knowing nothing of layouts; part of it through a nested window). (rdma_cm's mckey is
-	# not here: its sender destroys its QP right after posting, before a software device has
-	# sent its datagrams.)
+	# page is an RNR NAK and a retry), an SRQ shared by 16 QPs, RC over a VLAN (the GID
+	# table's entry decides, the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m:
+	# ibv_attach_mcast alone, the device makes its netdev join the IP group), READs of 64 KiB,
+	# atomics, ATOMIC WRITE and FLUSH, an extended window's layout (wire_ops -x: rxe writes,
+	# reads and adds through it knowing nothing of layouts; part of it through a nested
+	# window). (rdma_cm's mckey is not here: its sender destroys its QP right after posting,
+	# before a software device has sent its datagrams.)
 	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rodp rxe verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
