@@ -502,13 +502,14 @@ cases() {
 	# rodp answering rxe. UD, rdma_cm over UD (address and route resolution, SIDR over
 	# QP1: MADs as RoCEv2 datagrams), RC SENDs of 4 KiB at MTU 1024 (4 packets each), 64 KiB
 	# and 1 MiB SENDs (64 and 1,024 packets) into explicit ODP memory (a responder's missing
-	# page is an RNR NAK and a retry), an SRQ shared by 16 QPs, RC over a VLAN (the GID
-	# table's entry decides, the netdev tags), UD over IPv6, UC, UD multicast (wire_ops -m:
-	# ibv_attach_mcast alone, the device makes its netdev join the IP group), READs of 64 KiB,
-	# atomics, ATOMIC WRITE and FLUSH, an extended window's layout (wire_ops -x: rxe writes,
-	# reads and adds through it knowing nothing of layouts; part of it through a nested
-	# window). (rdma_cm's mckey is not here: its sender destroys its QP right after posting,
-	# before a software device has sent its datagrams.)
+	# page is an RNR NAK and a retry), an SRQ shared by 16 QPs and one SEND of 1 MiB through
+	# an SRQ, RC over a VLAN (the GID table's entry decides, the netdev tags), UD over IPv6, UC
+	# SENDs of 64 KiB (64 packets: UC has no retransmission, the link loses none), UD
+	# multicast (wire_ops -m: ibv_attach_mcast alone, the device makes its netdev join the IP
+	# group), READs of 64 KiB, atomics, ATOMIC WRITE and FLUSH, an extended window's layout
+	# (wire_ops -x: rxe writes, reads and adds through it knowing nothing of layouts; part of
+	# it through a nested window). (rdma_cm's mckey is not here: its sender destroys its QP
+	# right after posting, before a software device has sent its datagrams.)
 	case2 "ibv_ud_pingpong 512" rodp rxe verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rodp rxe udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rodp rxe verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
@@ -516,7 +517,8 @@ cases() {
 	case2 "ibv_srq_pingpong 4096" rodp rxe verbs ibv_srq_pingpong -n 5 -s 4096
 	case2 "ibv_rc_pingpong 4096 vlan" rodp rxe vlan verbs ibv_rc_pingpong -n 5 -s 4096
 	case2 "ibv_ud_pingpong 512 ipv6" rodp rxe v6 verbs ibv_ud_pingpong -n 5 -s 512
-	case2 "ibv_uc_pingpong 4096" rodp rxe verbs ibv_uc_pingpong -n 5 -s 4096
+	case2 "ibv_uc_pingpong 64K" rodp rxe verbs ibv_uc_pingpong -n 5 -s 65536
+	case2 "ibv_srq_pingpong 1M" rodp rxe verbs ibv_srq_pingpong -q 1 -n 1 -s 1048576
 	case2 "wire_ops multicast" rodp rxe ops_role -m
 	case2 "wire_ops" rodp rxe ops_role
 	case2 "wire_ops stream" rodp rxe ops_role -s
@@ -531,15 +533,17 @@ cases() {
 	case2 "shallow wire_ops big" rodp rxe shallow ops_role -b
 	case2 "nfs 4.2" rodp rxe nfs_role 4.2
 	case2 "nvme" rodp rxe nvme_role
-	# rodp asking rxe: the same, rping (rdma_cm RC; SEND, READ and WRITE, data verified),
-	# RC over IPv6, and last a peer that vanishes (A takes its link down for 6 s): rodp's
-	# requester ends in RETRY_EXC_ERR in time.
+	# rodp asking rxe: the same, UC SENDs of 1 MiB and 64 KiB SENDs through an SRQ shared by
+	# 4 QPs, rping (rdma_cm RC; SEND, READ and WRITE, data verified), RC over IPv6, and last a
+	# peer that vanishes (A takes its link down for 6 s): rodp's requester ends in
+	# RETRY_EXC_ERR in time.
 	case2 "ibv_ud_pingpong 512" rxe rodp verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rxe rodp udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rxe rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
 	case2 "ibv_rc_pingpong 1M odp" rxe rodp verbs ibv_rc_pingpong -n 1 -s 1048576 -c rodp:-o
 	case2 "ibv_rc_pingpong 4096 ipv6" rxe rodp v6 verbs ibv_rc_pingpong -n 5 -s 4096
-	case2 "ibv_uc_pingpong 4096" rxe rodp verbs ibv_uc_pingpong -n 5 -s 4096
+	case2 "ibv_uc_pingpong 1M" rxe rodp verbs ibv_uc_pingpong -n 1 -s 1048576
+	case2 "ibv_srq_pingpong 64K" rxe rodp verbs ibv_srq_pingpong -q 4 -n 5 -s 65536
 	case2 "rping 3" rxe rodp rping_role -C 3
 	case2 "wire_ops" rxe rodp ops_role
 	case2 "ib_write_bw 64K" rxe rodp perf ib_write_bw -N -n 10 -s 65536
