@@ -105,6 +105,7 @@ void *rodp_helper_sk_user_data(struct sock *sk);
 u8 *rodp_helper_udp_rx(struct sk_buff *skb, unsigned int *len, u8 **nh, unsigned int *nh_len,
 		       int *ifindex, int *lower_ifindex);
 void rodp_helper_kfree_skb(struct sk_buff *skb);
+void rodp_helper_consume_skb(struct sk_buff *skb);
 int rodp_helper_gid_attr_ifindex(const struct ib_gid_attr *attr);
 int rodp_helper_mc_group(struct net_device *dev, const u8 *gid, bool join);
 struct dst_entry *rodp_helper_route4(struct net *net, int oif, const u8 *saddr, const u8 *daddr);

@@ -230,6 +230,10 @@ pub(crate) struct QpShared {
     /// Runs those faults, on the module's workqueue.
     #[pin]
     fault_work: Work<QpShared, 1>,
+    /// Answers a peer's long READ a burst at a time, then the requests that came meanwhile
+    /// (`engine::rc::respond`).
+    #[pin]
+    resp_work: Work<QpShared, 2>,
     /// Wakes the requester when a backoff ends.
     #[pin]
     timer: HrTimer<QpShared>,
@@ -242,6 +246,7 @@ pub(crate) struct QpShared {
 impl_has_work! {
     impl HasWork<Self> for QpShared { self.work }
     impl HasWork<Self, 1> for QpShared { self.fault_work }
+    impl HasWork<Self, 2> for QpShared { self.resp_work }
 }
 
 impl_has_hr_timer! {
@@ -269,6 +274,16 @@ impl WorkItem<1> for QpShared {
 
     fn run(this: Arc<QpShared>) {
         crate::engine::run_fault(&this);
+    }
+}
+
+impl WorkItem<2> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        // A kernel consumer's READ responses may be what reclaim waits for, as the inbox's.
+        let _noio = wq::NoIo::begin();
+        crate::engine::respond(&this);
     }
 }
 
@@ -484,6 +499,7 @@ impl Qp {
                     work <- new_work!("QpShared::work"),
                     fault <- new_mutex!(FaultState::new()),
                     fault_work <- new_work!("QpShared::fault_work"),
+                    resp_work <- new_work!("QpShared::resp_work"),
                     timer <- HrTimer::new(),
                     backoff_armed: Atomic::new(false),
                     events: events.clone(),
@@ -844,6 +860,17 @@ impl QpShared {
             wq::get()
         };
         let _ = q.enqueue::<_, 0>(self.clone());
+    }
+
+    /// Schedules the QP's response work (`engine::rc::respond`): on the queue reclaim may wait
+    /// for with a kernel consumer's QP, as the inbox.
+    pub(crate) fn kick_responses(self: &Arc<Self>) {
+        let q = if self.kernel {
+            wq::reclaim()
+        } else {
+            wq::get()
+        };
+        let _ = q.enqueue::<_, 2>(self.clone());
     }
 
     /// Schedules the QP's fault work (`engine::fault`).

@@ -7,7 +7,8 @@
  * for veth0 (root only; the test kernel has no network namespaces, see rodp_net.c).
  *
  * The responder: in-order SENDs (one and several packets), WRITE, READ (two response
- * packets; asked for again, served only within a READ taken), FETCH_ADD with a duplicate
+ * packets; asked for again, served only within a READ taken; a long one holds up no other
+ * QP and answers its own QP's later requests after it), FETCH_ADD with a duplicate
  * replayed from the cache, each acknowledged as IBTA says; and every hostile packet harmless
  * and counted: a bad ICRC, a stranger's source
  * address, a PSN gap (one NAK), a duplicate (acknowledged again, delivered once), a WRITE
@@ -688,6 +689,81 @@ TEST_F(wire, duplicate_read_is_served_again_only_within_a_read_taken)
 	/* The QP works on. */
 	ASSERT_EQ(0, write_only(self, 3));
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
+}
+
+#define LONG_PKTS 2048
+
+/*
+ * A READ of many response packets (2,048 here) is answered on its QP's own work, a burst of
+ * packets at a time: a SEND to another QP of the device that comes right after it is answered
+ * before the READ's last response packet, and a WRITE to the same QP after all of it (a QP's
+ * answers keep the order of its requests). A device that answered the whole READ on the
+ * inbox, before it looked at anything else, held every QP up behind one peer's READ (up to
+ * 2 GiB).
+ */
+TEST_F(wire, a_long_read_holds_up_only_its_own_qp)
+{
+	size_t len = (size_t)LONG_PKTS * MTU;
+	struct ibv_qp *qp2 = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	uint8_t *big = aligned_alloc(4096, len);
+	int rcvbuf = 16 << 20, k = 0, last_read = -1, ack1 = -1, ack2 = -1;
+	uint32_t next = 0;
+	struct ibv_wc wc;
+	struct ibv_mr *mr;
+	struct pkt p, a;
+
+	ASSERT_NE(NULL, qp2);
+	ASSERT_NE(NULL, big);
+	/* Room for the whole response (a frame of 1 KiB takes about 2.3 KiB of it). */
+	ASSERT_EQ(0, setsockopt(self->w.fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)));
+	fill(big, len, 11);
+	mr = ibv_reg_mr(self->d.pd, big, len, ALL_ACCESS);
+	ASSERT_NE(NULL, mr);
+	ASSERT_EQ(0, rc_connect(qp2, &self->d, PEER_QPN + 1, &self->peer, wire_opts()));
+	ASSERT_EQ(0, post_recv(qp2, self->buf, 256, self->mr->lkey, 9));
+
+	bth(&p, READ_REQ, self->qp->qp_num, 0, 1);
+	reth(&p, (uintptr_t)big, mr->rkey, len);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	ASSERT_EQ(0, send_only(&self->w, qp2->qp_num, 0, 64, 3, PEER_IP, 0));
+	ASSERT_EQ(0, write_only(self, LONG_PKTS));
+	while ((ack1 < 0 || ack2 < 0) && recv_pkt(&self->w, &a, 5000) > 0) {
+		int op = a.b[0];
+
+		if (op == ACK) {
+			EXPECT_EQ(ACK_SYN, a.b[12]);
+			if (get24(a.b + 5) == PEER_QPN + 1) {
+				EXPECT_EQ(0, pkt_psn(&a));
+				ack2 = k;
+			} else {
+				EXPECT_EQ(LONG_PKTS, pkt_psn(&a));
+				ack1 = k;
+			}
+		} else {
+			/* The response in order, each packet with its part of the data. */
+			int hdr = op == READ_RESP_MIDDLE ? 12 : 16;
+
+			ASSERT_EQ(next, pkt_psn(&a)) TH_LOG("opcode 0x%x", op);
+			ASSERT_EQ(next == 0 ? READ_RESP_FIRST : next == LONG_PKTS - 1 ?
+				  READ_RESP_LAST : READ_RESP_MIDDLE, op);
+			ASSERT_EQ(hdr + MTU, a.len);
+			ASSERT_EQ(0, memcmp(a.b + hdr, big + (size_t)next * MTU, MTU));
+			if (++next == LONG_PKTS)
+				last_read = k;
+		}
+		k++;
+	}
+	EXPECT_EQ(LONG_PKTS, next);
+	ASSERT_LE(0, ack2) TH_LOG("the SEND to the second QP was not acknowledged");
+	ASSERT_LE(0, ack1) TH_LOG("the WRITE after the READ was not acknowledged");
+	EXPECT_LT(ack2, last_read) TH_LOG("the second QP waited for the whole READ");
+	EXPECT_GT(ack1, last_read) TH_LOG("the WRITE was answered amid the READ's response");
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(9, wc.wr_id);
+	ibv_destroy_qp(qp2);
+	ibv_dereg_mr(mr);
+	free(big);
 }
 
 /*

@@ -48,7 +48,7 @@ pub(crate) struct Receivers {
 }
 
 impl Receiver for Receivers {
-    fn receive(&self, pkt: &Packet<'_>) {
+    fn receive(&self, pkt: &Packet<'_>) -> bool {
         // Only the lookup holds the interrupt-safe lock: the packet's checks (its ICRC over the
         // whole datagram) and its copy run with interrupts on. A device whose binding goes
         // meanwhile may still get it: its inbox and tables live on in these references.
@@ -59,12 +59,15 @@ impl Receiver for Receivers {
                 .or_else(|| devs.iter().find(|m| m.ifindex == pkt.lower_ifindex()))
                 .map(|m| (m.tables.clone(), m.inbox.clone()))
         };
-        if let Some((tables, inbox)) = dev {
-            tables.stats.inc(Counter::RcvdPkts);
-            if pkt.payload().len() > MAX_DATAGRAM || !inbox.receive(pkt) {
-                tables.stats.inc(Counter::RcvdDroppedPkts);
-            }
+        let Some((tables, inbox)) = dev else {
+            return false;
+        };
+        tables.stats.inc(Counter::RcvdPkts);
+        let taken = pkt.payload().len() <= MAX_DATAGRAM && inbox.receive(pkt);
+        if !taken {
+            tables.stats.inc(Counter::RcvdDroppedPkts);
         }
+        taken
     }
 }
 

@@ -64,13 +64,16 @@ use crate::{
     },
     keys,
     odp::Faults,
-    qp::QpShared,
+    qp::{QpShared, RecvSide},
     stats::Counter,
 };
 use core::cell::Cell;
 use kernel::{
     prelude::*,
-    sync::{atomic::Acquire, Arc},
+    sync::{
+        atomic::{Acquire, Atomic, Relaxed},
+        Arc, MutexGuard,
+    },
 };
 
 /// Bytes of an RDMA READ one request asks for: the response waits in a buffer of this size
@@ -123,6 +126,58 @@ impl Taken {
             && va >= start
             && (va - start).checked_add(len).is_some_and(|e| e <= whole)
     }
+}
+
+/// Response packets of one READ sent in a go. A READ of more is answered by its QP's response
+/// work ([`respond`]), this many packets at a time: a peer's long READ (up to 2 GiB) then holds
+/// up no other QP of the device behind it on the inbox (rxe, too, answers a READ a budget of
+/// packets at a time on the QP's own task).
+const READ_BURST: u32 = 16;
+
+/// Request packets a responder keeps while its response work answers a READ: taken after the
+/// READ, in order; one more is dropped (and counted), and its requester sends it again.
+const HELD_MAX: usize = 64;
+
+/// Source of [`Responder::epoch`].
+static NEXT_EPOCH: Atomic<u64> = Atomic::new(1);
+
+/// A READ its QP's response work answers, and how far it got.
+#[derive(Clone, Copy)]
+struct Reading {
+    /// The READ's first PSN, its response packets, and the next one to send.
+    psn: Psn,
+    n: u32,
+    next: u32,
+    /// What it reads (checked when the READ was taken), at the path MTU of then.
+    va: u64,
+    len: u64,
+    rkey: u32,
+    mtu: Mtu,
+    /// The AETH's MSN.
+    msn: u32,
+    /// The way back: the peer's QP and GID, and the local GID the READ came to.
+    dest: u32,
+    peer: [u8; 16],
+    local: [u8; 16],
+    /// The [`Responder::epoch`] it belongs to.
+    epoch: u64,
+}
+
+/// A request packet that came while its QP's response work answered a READ: its bytes (the
+/// UDP payload, checked) and the addresses it came from and to.
+struct Held {
+    raw: KVec<u8>,
+    from: [u8; 16],
+    to: [u8; 16],
+}
+
+/// Who hands a request packet to the responder ([`request`]).
+pub(super) enum Via<'a> {
+    /// The device's inbox, with the packet's bytes: kept (in [`Responder::held`]) while the
+    /// QP's response work answers a READ.
+    Inbox(&'a [u8]),
+    /// The QP's response work, taking what it kept, in order.
+    Work,
 }
 
 /// The AETH credit field rxe sends: no end-to-end flow control.
@@ -1461,6 +1516,15 @@ pub(crate) struct Responder {
     /// again learns how it ended: one that failed (a hole, read-only memory) gets a NAK
     /// instead of an RNR NAK after each resend, for ever with an `rnr_retry` of 7.
     fault: fault::Ticket,
+    /// The QP's response work answers a READ (`reading`, taken out while it sends) and then
+    /// takes the request packets kept meanwhile (`held`): while `owned`, the inbox keeps every
+    /// request packet for this QP there, so that the QP's answers keep its requests' order.
+    owned: bool,
+    reading: Option<Reading>,
+    held: KVec<Held>,
+    /// Never the same for two responders: a READ the response work was answering when a reset
+    /// or a new `rq_psn` replaced this one is not put back into its successor.
+    epoch: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -1490,6 +1554,10 @@ impl Default for Responder {
             taken: [None; RESOURCES],
             next_taken: 0,
             fault: fault::Ticket::default(),
+            owned: false,
+            reading: None,
+            held: KVec::new(),
+            epoch: NEXT_EPOCH.fetch_add(1, Relaxed),
         }
     }
 }
@@ -1527,6 +1595,30 @@ impl Responder {
     pub(crate) fn epsn(&self) -> u32 {
         self.epsn.get()
     }
+
+    /// Keeps the request packet `raw` (from `from` to `to`) for the response work; whether it
+    /// was kept (not beyond [`HELD_MAX`], nor without memory).
+    fn hold(&mut self, raw: &[u8], from: &[u8; 16], to: &[u8; 16]) -> bool {
+        if self.held.len() >= HELD_MAX {
+            return false;
+        }
+        let mut copy = KVec::new();
+        if copy.extend_from_slice(raw, GFP_KERNEL).is_err() {
+            return false;
+        }
+        let h = Held {
+            raw: copy,
+            from: *from,
+            to: *to,
+        };
+        self.held.push(h, GFP_KERNEL).is_ok()
+    }
+
+    /// Hands the READ `r` to the response work, which owns the request stream from now on.
+    fn answer_later(&mut self, r: Reading) {
+        self.reading = Some(r);
+        self.owned = true;
+    }
 }
 
 /// The operation a request packet belongs to.
@@ -1547,20 +1639,29 @@ fn wr_opcode(p: &Packet<'_>) -> Option<WrOpcode> {
     })
 }
 
-/// The responder's part (on the inbox work): executes the request packet `p` that came from
-/// `from` to the local GID `to` on `qp`, and answers it; whether the packet was taken.
-pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &[u8; 16]) -> bool {
+/// The way back from `qp` at the local GID `local` to the peer's QP `dest_qpn` at `peer`;
+/// looked up only for an answer, with no ring lock held (the device list has a lock of its own).
+fn back_to(qp: &QpShared, local: &[u8; 16], peer: &[u8; 16], dest_qpn: u32) -> Option<Tx> {
+    Tx::new(&qp.tables, qp.qpn, local, peer, 0, 64, 0).map(|mut t| {
+        t.dest_qpn = dest_qpn;
+        t
+    })
+}
+
+/// The responder's part (on the inbox work, or on the QP's response work `via` says): executes
+/// the request packet `p` that came from `from` to the local GID `to` on `qp`, and answers it;
+/// whether the packet was taken (or kept for the response work).
+pub(super) fn request(
+    qp: &Arc<QpShared>,
+    p: &Packet<'_>,
+    from: &[u8; 16],
+    to: &[u8; 16],
+    via: Via<'_>,
+) -> bool {
     let Some(op) = wr_opcode(p) else {
         return false;
     };
-    // The way back to the peer's QP `dest_qpn`, looked up only for an answer, with no ring lock
-    // held (the device list has a lock of its own).
-    let back = |dest_qpn: u32| {
-        Tx::new(&qp.tables, qp.qpn, to, from, 0, 64, 0).map(|mut t| {
-            t.dest_qpn = dest_qpn;
-            t
-        })
-    };
+    let back = |dest_qpn: u32| back_to(qp, to, from, dest_qpn);
     let mut rq = qp.rq.lock();
     if rq.peer.1 != *from || rq.local != *to {
         drop(rq);
@@ -1569,6 +1670,11 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     }
     if !qp.can_receive() {
         return false;
+    }
+    if let Via::Inbox(raw) = via {
+        if rq.wire.owned {
+            return rq.wire.hold(raw, from, to);
+        }
     }
     let dest = rq.peer.0;
     let psn = p.hdr.bth.psn;
@@ -1649,7 +1755,8 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         let (acked, epsn, msn) = (w.acked, w.epsn, w.msn);
         match p.info.kind {
             Kind::ReadRequest => {
-                let n = qp_mtu(qp).packets(m.len as u64) as u32;
+                let mtu = qp_mtu(qp);
+                let n = mtu.packets(m.len as u64) as u32;
                 let (va, len, rkey) = (m.remote_addr, m.len as u64, m.rkey);
                 // Only a part of a READ taken, whose whole response lies before `epsn`.
                 if psn.add(n).diff(epsn) > 0
@@ -1661,8 +1768,8 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 {
                     return false;
                 }
-                drop(rq);
-                let _ = read(qp, back(dest).as_ref(), &m, psn, msn);
+                let r = reading(&rq.wire, &m, psn, mtu, msn, dest, from, to);
+                answer_read(qp, rq, r);
             }
             Kind::CompareSwap | Kind::FetchAdd => {
                 let orig = w.taken.iter().flatten().find_map(|t| match *t {
@@ -1704,6 +1811,7 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
     }
     resp::comm_established(qp, &mut rq);
     let mtu = qp_mtu(qp);
+    let mut read_now = None;
     let r = execute_in_order(qp, &mut rq, &m, p, mtu);
     rq.segs.clear();
     let w = &mut rq.wire;
@@ -1744,6 +1852,11 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 w.taken[i] = taken;
                 w.next_taken = (i + 1) % RESOURCES;
             }
+            if p.info.kind == Kind::ReadRequest {
+                // Its response (after the counting below), now or by the response work.
+                let msn = w.msn;
+                read_now = Some(reading(w, &m, psn, mtu, msn, dest, from, to));
+            }
             w.msn
         }
         Reply::Nak(_) => {
@@ -1761,6 +1874,11 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
         Reply::Rnr(_) | Reply::Wait => w.msn,
         Reply::Drop | Reply::Retry => return false,
     };
+    if let Some(r) = read_now {
+        // A READ taken (an ACK, which `answered` leaves alone; its request carries no bytes).
+        answer_read(qp, rq, r);
+        return true;
+    }
     drop(rq);
     // Counted, and a NAK moves an RC QP to ERR, with no ring lock held.
     let r = resp::answered(qp, r);
@@ -1779,9 +1897,6 @@ pub(super) fn request(qp: &Arc<QpShared>, p: &Packet<'_>, from: &[u8; 16], to: &
                 .stats
                 .add(Counter::RcvdBytes, p.payload.len() as u64);
             match p.info.kind {
-                Kind::ReadRequest => {
-                    let _ = read(qp, back(dest).as_ref(), &m, psn, msn);
-                }
                 Kind::CompareSwap | Kind::FetchAdd => {
                     atomic_ack(qp, back(dest).as_ref(), psn, msn, orig)
                 }
@@ -1960,36 +2075,101 @@ fn atomic_ack(qp: &QpShared, tx: Option<&Tx>, psn: Psn, msn: u32, orig: u64) {
     let _ = tx.send(&qp.tables.stats, h, 0, |_| Ok(()));
 }
 
-/// Sends the response of the READ `m` (checked) at `psn`: its data as packets of the path MTU,
-/// from memory that must be mapped (a page gone since is a lost response: the peer asks again).
-fn read(qp: &Arc<QpShared>, tx: Option<&Tx>, m: &Message<'_>, psn: Psn, msn: u32) -> Result {
-    let Some(tx) = tx else { return Ok(()) };
-    let len = m.len;
-    let mtu = qp_mtu(qp);
-    let n = mtu.packets(len as u64) as u32;
-    let segs = resp::read_target(qp, m).map_err(|_| EACCES)?;
+/// The READ `m` at `psn` of `qp` (checked), to answer at the path MTU `mtu` with the MSN `msn`
+/// to the peer's QP `dest` at `peer` from the local GID `local`.
+#[allow(clippy::too_many_arguments)]
+fn reading(
+    w: &Responder,
+    m: &Message<'_>,
+    psn: Psn,
+    mtu: Mtu,
+    msn: u32,
+    dest: u32,
+    peer: &[u8; 16],
+    local: &[u8; 16],
+) -> Reading {
+    Reading {
+        psn,
+        n: mtu.packets(m.len as u64) as u32,
+        next: 0,
+        va: m.remote_addr,
+        len: m.len as u64,
+        rkey: m.rkey,
+        mtu,
+        msn,
+        dest,
+        peer: *peer,
+        local: *local,
+        epoch: w.epoch,
+    }
+}
+
+/// Answers the READ `r` of `qp`, whose responder `rq` holds: at once when it is short and
+/// nothing waits before it, else by the QP's response work.
+fn answer_read(qp: &Arc<QpShared>, mut rq: MutexGuard<'_, RecvSide>, mut r: Reading) {
+    if r.n > READ_BURST || rq.wire.reading.is_some() {
+        rq.wire.answer_later(r);
+        drop(rq);
+        qp.kick_responses();
+        return;
+    }
+    drop(rq);
+    let _ = read_some(qp, &mut r, READ_BURST);
+}
+
+/// Sends the next response packets of the READ `r`, at most `burst` of them; whether the
+/// response is ended (all sent, or the rest lost). The memory is looked up again for the
+/// packets sent (it was checked when the READ was taken): a page gone since loses the rest of
+/// the response, which the peer asks for again.
+fn read_some(qp: &Arc<QpShared>, r: &mut Reading, burst: u32) -> Result<bool> {
+    let Some(tx) = back_to(qp, &r.local, &r.peer, r.dest) else {
+        return Ok(true);
+    };
+    let size = u64::from(r.mtu.bytes());
+    let end = r.n.min(r.next.saturating_add(burst));
+    let start = u64::from(r.next) * size;
+    let bytes = (u64::from(end) * size).min(r.len) - start;
+    let m = Message {
+        from: qp,
+        ticket: None,
+        resends: true,
+        opcode: WrOpcode::RdmaRead,
+        src_qpn: r.dest,
+        src_gid: r.peer,
+        imm: 0,
+        solicited: false,
+        len: bytes as usize,
+        data: Src::Inline(&[]),
+        remote_addr: r.va.wrapping_add(start),
+        rkey: r.rkey,
+        atomic: None,
+        flush: None,
+        read_into: &[],
+        ud: None,
+        ahead: 0,
+    };
+    let segs = resp::read_target(qp, &m).map_err(|_| EACCES)?;
     let segs: &[Seg] = segs.as_deref().unwrap_or(&[]);
-    let size = mtu.bytes() as usize;
-    // The first range each packet reads from, and where it starts in the READ: a cursor, so
+    // The first range each packet reads from, and where it starts in this part: a cursor, so
     // that many ranges (a layout's) are walked once, not once per packet.
     let (mut first, mut before) = (0usize, 0usize);
-    for i in 0..n {
-        let position = match (i == 0, i + 1 == n) {
+    for i in r.next..end {
+        let position = match (i == 0, i + 1 == r.n) {
             (true, true) => Position::Only,
             (true, false) => Position::First,
             (false, false) => Position::Middle,
             (false, true) => Position::Last,
         };
         let op = Opcode::of(Service::Rc, Kind::ReadResponse, position, Ext::NONE).ok_or(EINVAL)?;
-        let mut h = Headers::new(Bth::new(op, tx.dest_qpn, psn.add(i)));
+        let mut h = Headers::new(Bth::new(op, tx.dest_qpn, r.psn.add(i)));
         if position != Position::Middle {
             h.aeth = Some(Aeth {
                 syndrome: Syndrome::Ack(NO_CREDITS),
-                msn,
+                msn: r.msn,
             });
         }
-        let off = i as usize * size;
-        let k = size.min(len - off);
+        let off = (u64::from(i - r.next) * size) as usize;
+        let k = (size as usize).min(bytes as usize - off);
         while first < segs.len() && off - before >= segs[first].bytes() {
             before += segs[first].bytes();
             first += 1;
@@ -2001,7 +2181,62 @@ fn read(qp: &Arc<QpShared>, tx: Option<&Tx>, m: &Message<'_>, psn: Psn, msn: u32
         .map_err(|_| EIO)?;
         crate::ib::wq::cond_resched();
     }
-    Ok(())
+    r.next = end;
+    Ok(end == r.n)
+}
+
+/// The QP's response work: sends the next [`READ_BURST`] packets of the READ it answers, or
+/// takes up to as many request packets kept meanwhile, in order; then it is queued again (other
+/// work runs in between) until nothing is left, when the inbox takes the QP's requests again.
+pub(crate) fn respond(qp: &Arc<QpShared>) {
+    let mut rq = qp.rq.lock();
+    if !qp.can_receive() {
+        // Nothing more is answered (the error state, a reset: the responder is new then).
+        let w = &mut rq.wire;
+        w.reading = None;
+        w.held.clear();
+        w.owned = false;
+        return;
+    }
+    if let Some(mut r) = rq.wire.reading.take() {
+        // Sent with the lock dropped: the inbox keeps this QP's requests meanwhile (`owned`).
+        drop(rq);
+        let ended = !matches!(read_some(qp, &mut r, READ_BURST), Ok(false));
+        let mut rq = qp.rq.lock();
+        if rq.wire.epoch != r.epoch || !rq.wire.owned {
+            return;
+        }
+        if !ended {
+            rq.wire.reading = Some(r);
+        }
+        drop(rq);
+        qp.kick_responses();
+        return;
+    }
+    for _ in 0..READ_BURST {
+        if rq.wire.held.is_empty() {
+            rq.wire.owned = false;
+            return;
+        }
+        let Ok(h) = rq.wire.held.remove(0) else {
+            return;
+        };
+        drop(rq);
+        let taken = match super::packet::header::parse(&h.raw) {
+            Ok(p) => request(qp, &p, &h.from, &h.to, Via::Work),
+            Err(_) => false,
+        };
+        if !taken {
+            qp.tables.stats.inc(Counter::RcvdDroppedPkts);
+        }
+        rq = qp.rq.lock();
+        // A READ it started goes first (on the next run).
+        if rq.wire.reading.is_some() || !rq.wire.owned {
+            break;
+        }
+    }
+    drop(rq);
+    qp.kick_responses();
 }
 
 #[kunit_tests(rodp_rc)]

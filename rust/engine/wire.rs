@@ -38,11 +38,11 @@ use crate::{
 };
 use core::cell::Cell;
 use kernel::{
-    impl_has_work, new_spinlock_irq, new_work,
+    impl_has_work, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Release},
-        Arc, SpinLockIrq,
+        Arc, Mutex, SpinLockIrq,
     },
     workqueue::{Work, WorkItem},
 };
@@ -59,6 +59,10 @@ const MAX_UD_PAYLOAD: usize = 4096;
 /// atomic's answer, but also a SEND or WRITE of a few bytes) is dropped only at four times as many:
 /// each costs little, and a lost answer costs its requester a retransmission timeout.
 const INBOX_LEN: usize = 2048;
+
+/// Batches of datagrams an inbox's work delivers in one run: then it lets other work of the
+/// queue run (datagrams that came meanwhile have queued it again).
+const ROUNDS: usize = 4;
 
 /// The size up to which a datagram counts as small: that of the largest without data (BTH,
 /// AtomicETH and ICRC: an atomic request).
@@ -276,6 +280,10 @@ impl Backlog {
 pub(crate) struct Inbox {
     #[pin]
     queue: SpinLockIrq<KVec<Inbound>>,
+    /// The buffer of the last batch delivered (up to [`INBOX_LEN`] entries), kept for the
+    /// queue's next turn; only the work uses it.
+    #[pin]
+    spare: Mutex<KVec<Inbound>>,
     #[pin]
     work: Work<Inbox>,
     tables: Arc<Tables>,
@@ -301,6 +309,7 @@ impl Inbox {
         Arc::pin_init(
             pin_init!(Inbox {
                 queue <- new_spinlock_irq!(KVec::new()),
+                spare <- new_mutex!(KVec::new()),
                 work <- new_work!("Inbox::work"),
                 tables,
             }),
@@ -331,16 +340,17 @@ impl Inbox {
         true
     }
 
-    /// Delivers every queued datagram to its QP's responder.
+    /// Delivers the queued datagrams to their QPs, at most [`ROUNDS`] batches.
     fn deliver(self: &Arc<Self>) {
-        // The queue gets back the buffer of the batch just delivered (up to `INBOX_LEN`
-        // entries): the softirq then appends without reallocating the queue, which it does
-        // with interrupts off.
-        let mut spare = KVec::new();
-        loop {
+        // The queue gets the buffer of a batch delivered before (up to `INBOX_LEN` entries):
+        // the softirq then appends without reallocating the queue, which it does with
+        // interrupts off.
+        let mut spare = core::mem::take(&mut *self.spare.lock());
+        for _ in 0..ROUNDS {
             let mut batch = core::mem::replace(&mut *self.queue.lock(), spare);
             if batch.is_empty() {
-                return;
+                spare = batch;
+                break;
             }
             for ib in batch.iter() {
                 if !self.deliver_one(ib) {
@@ -355,6 +365,7 @@ impl Inbox {
                 KVec::new()
             };
         }
+        *self.spare.lock() = spare;
     }
 
     /// Delivers one packet; whether its QP took it.
@@ -362,13 +373,6 @@ impl Inbox {
         let Ok(p) = parse(&ib.raw) else {
             return false;
         };
-        // The default partition only: the port's one P_Key is 0xffff (RoCE's), which a
-        // packet's P_Key matches when its low 15 bits are all ones (a full member matches a
-        // full or limited one, IBA 10.9.3). Another partition's packet is dropped, as rxe's
-        // `check_keys` drops it.
-        if p.hdr.bth.pkey & 0x7fff != 0x7fff {
-            return false;
-        }
         // A group is addressed by QP 0xffffff only (the IBA's multicast QPN): a datagram to a
         // multicast address naming another QP reaches nobody.
         match (
@@ -385,10 +389,14 @@ impl Inbox {
         match p.info.service {
             Service::Ud => self.deliver_ud(&qp, ib, &p),
             Service::Rc if qp.qp_type != QpType::Rc => false,
-            Service::Rc if p.info.is_request() => rc::request(&qp, &p, &ib.sgid, &ib.dgid),
+            Service::Rc if p.info.is_request() => {
+                rc::request(&qp, &p, &ib.sgid, &ib.dgid, rc::Via::Inbox(&ib.raw))
+            }
             Service::Rc => rc::response(&qp, &p, &ib.sgid),
             // UC has requests only (no answers exist).
-            Service::Uc if qp.qp_type == QpType::Uc => rc::request(&qp, &p, &ib.sgid, &ib.dgid),
+            Service::Uc if qp.qp_type == QpType::Uc => {
+                rc::request(&qp, &p, &ib.sgid, &ib.dgid, rc::Via::Inbox(&ib.raw))
+            }
             Service::Uc => false,
         }
     }
@@ -467,6 +475,13 @@ impl Inbox {
 fn inbound(pkt: &udp::Packet<'_>) -> Option<Inbound> {
     let datagram = pkt.payload();
     let p = parse(datagram).ok()?;
+    // The default partition only: the port's one P_Key is 0xffff (RoCE's), which a packet's
+    // P_Key matches when its low 15 bits are all ones (a full member matches a full or limited
+    // one, IBA 10.9.3). Another partition's packet is dropped here, before it takes room in
+    // the inbox, as rxe's `check_keys` drops it.
+    if p.hdr.bth.pkey & 0x7fff != 0x7fff {
+        return None;
+    }
     let ip = pkt.ip_header();
     let (hdr_ip, hop_limit, tclass) = if pkt.is_ipv6() {
         let h: &[u8; 40] = ip.get(..IPV6_HLEN)?.try_into().ok()?;

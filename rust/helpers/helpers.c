@@ -479,6 +479,11 @@ void rodp_helper_kfree_skb(struct sk_buff *skb)
 	kfree_skb(skb);
 }
 
+void rodp_helper_consume_skb(struct sk_buff *skb)
+{
+	consume_skb(skb);
+}
+
 /*
  * Joins (or leaves) the IP multicast group of the multicast GID `gid` on `dev`, as a socket's
  * membership would (IGMP/MLD reports, the MAC filter): an IPv4-mapped GID is an IPv4 group,

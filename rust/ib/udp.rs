@@ -191,9 +191,11 @@ impl<'a> Packet<'a> {
 /// What a [`Tunnel`] hands its datagrams to (8-byte aligned: checked at compile time).
 pub(crate) trait Receiver: Send + Sync + 'static {
     /// Called for each datagram received, in softirq context under RCU: must not sleep (no
-    /// mutex, no `GFP_KERNEL`, only interrupt-safe spinlocks), and must not keep `pkt`. The
-    /// datagram is freed when it returns. Calls may run on several CPUs at once.
-    fn receive(&self, pkt: &Packet<'_>);
+    /// mutex, no `GFP_KERNEL`, only interrupt-safe spinlocks), and must not keep `pkt`; says
+    /// whether the datagram was taken. It is freed when this returns: as consumed when taken,
+    /// else as dropped (what drop monitors and `kfree_skb` tracing count). Calls may run on
+    /// several CPUs at once.
+    fn receive(&self, pkt: &Packet<'_>) -> bool;
 }
 
 /// A kernel UDP socket pair (IPv4, and IPv6-only) bound to one port, set up as a UDP tunnel.
@@ -348,6 +350,7 @@ impl<T: Receiver> Tunnel<T> {
         let rx = unsafe { bindings::sk_user_data(sk) }.cast::<T>();
         let (mut len, mut nh, mut nh_len) = (0, core::ptr::null_mut(), 0);
         let (mut ifindex, mut lower) = (0, 0);
+        let mut taken = false;
         // SAFETY: We own `skb`; the out-pointers are locals.
         let th = unsafe {
             bindings::udp_rx(
@@ -371,11 +374,16 @@ impl<T: Receiver> Tunnel<T> {
             if let Some(pkt) = Packet::new(udp, ip, ifindex, lower) {
                 // SAFETY: Non-null user data is a live `T`: the sockets are released, and a
                 // grace period waited for, before the last reference on it can go.
-                unsafe { (*rx).receive(&pkt) };
+                taken = unsafe { (*rx).receive(&pkt) };
             }
         }
-        // SAFETY: The skb is ours, and nothing refers to it any more.
-        unsafe { bindings::kfree_skb(skb) };
+        if taken {
+            // SAFETY: The skb is ours, and nothing refers to it any more.
+            unsafe { bindings::consume_skb(skb) };
+        } else {
+            // SAFETY: As above.
+            unsafe { bindings::kfree_skb(skb) };
+        }
         0
     }
 }
@@ -663,10 +671,13 @@ mod tests {
     struct Count(Atomic<u32>);
 
     impl Receiver for Count {
-        fn receive(&self, pkt: &Packet<'_>) {
-            if pkt.payload() == b"rodp-kunit" && pkt.src_port() == 0xc0de && pkt.ifindex() == 1 {
+        fn receive(&self, pkt: &Packet<'_>) -> bool {
+            let mine =
+                pkt.payload() == b"rodp-kunit" && pkt.src_port() == 0xc0de && pkt.ifindex() == 1;
+            if mine {
                 self.0.fetch_add(1, Relaxed);
             }
+            mine
         }
     }
 
