@@ -135,8 +135,10 @@ impl Taken {
 const READ_BURST: u32 = 16;
 
 /// Request packets a responder keeps while its response work answers a READ: taken after the
-/// READ, in order; one more is dropped (and counted), and its requester sends it again.
-const HELD_MAX: usize = 64;
+/// READ, in order. As many as a requester has PSNs outstanding (rxe's and rodp's 128, the READ's
+/// own included), so that none of a conforming peer's is lost; one more is dropped (and
+/// counted), and once the kept ones are taken a PSN sequence NAK asks for it again.
+const HELD_MAX: usize = 128;
 
 /// Source of [`Responder::epoch`].
 static NEXT_EPOCH: Atomic<u64> = Atomic::new(1);
@@ -176,8 +178,9 @@ pub(super) enum Via<'a> {
     /// The device's inbox, with the packet's bytes: kept (in [`Responder::held`]) while the
     /// QP's response work answers a READ.
     Inbox(&'a [u8]),
-    /// The QP's response work, taking what it kept, in order.
-    Work,
+    /// The QP's response work, taking what it kept, in order, for the responder of this
+    /// [`Responder::epoch`] (a packet kept for a responder since replaced is dropped).
+    Work(u64),
 }
 
 /// The AETH credit field rxe sends: no end-to-end flow control.
@@ -1522,6 +1525,9 @@ pub(crate) struct Responder {
     owned: bool,
     reading: Option<Reading>,
     held: KVec<Held>,
+    /// A request packet was not kept (beyond [`HELD_MAX`]): the response work sends a PSN
+    /// sequence NAK once it has taken the others.
+    held_lost: bool,
     /// Never the same for two responders: a READ the response work was answering when a reset
     /// or a new `rq_psn` replaced this one is not put back into its successor.
     epoch: u64,
@@ -1557,6 +1563,7 @@ impl Default for Responder {
             owned: false,
             reading: None,
             held: KVec::new(),
+            held_lost: false,
             epoch: NEXT_EPOCH.fetch_add(1, Relaxed),
         }
     }
@@ -1599,19 +1606,22 @@ impl Responder {
     /// Keeps the request packet `raw` (from `from` to `to`) for the response work; whether it
     /// was kept (not beyond [`HELD_MAX`], nor without memory).
     fn hold(&mut self, raw: &[u8], from: &[u8; 16], to: &[u8; 16]) -> bool {
-        if self.held.len() >= HELD_MAX {
-            return false;
-        }
         let mut copy = KVec::new();
-        if copy.extend_from_slice(raw, GFP_KERNEL).is_err() {
-            return false;
-        }
-        let h = Held {
-            raw: copy,
-            from: *from,
-            to: *to,
-        };
-        self.held.push(h, GFP_KERNEL).is_ok()
+        let kept = self.held.len() < HELD_MAX
+            && copy.extend_from_slice(raw, GFP_KERNEL).is_ok()
+            && self
+                .held
+                .push(
+                    Held {
+                        raw: copy,
+                        from: *from,
+                        to: *to,
+                    },
+                    GFP_KERNEL,
+                )
+                .is_ok();
+        self.held_lost |= !kept;
+        kept
     }
 
     /// Hands the READ `r` to the response work, which owns the request stream from now on.
@@ -1671,10 +1681,10 @@ pub(super) fn request(
     if !qp.can_receive() {
         return false;
     }
-    if let Via::Inbox(raw) = via {
-        if rq.wire.owned {
-            return rq.wire.hold(raw, from, to);
-        }
+    match via {
+        Via::Inbox(raw) if rq.wire.owned => return rq.wire.hold(raw, from, to),
+        Via::Work(epoch) if rq.wire.epoch != epoch => return false,
+        _ => {}
     }
     let dest = rq.peer.0;
     let psn = p.hdr.bth.psn;
@@ -2107,7 +2117,10 @@ fn reading(
 /// Answers the READ `r` of `qp`, whose responder `rq` holds: at once when it is short and
 /// nothing waits before it, else by the QP's response work.
 fn answer_read(qp: &Arc<QpShared>, mut rq: MutexGuard<'_, RecvSide>, mut r: Reading) {
-    if r.n > READ_BURST || rq.wire.reading.is_some() {
+    // None is pending: while one is, the inbox keeps the QP's requests, and the response work
+    // takes none.
+    debug_assert!(rq.wire.reading.is_none());
+    if r.n > READ_BURST {
         rq.wire.answer_later(r);
         drop(rq);
         qp.kick_responses();
@@ -2213,25 +2226,35 @@ pub(crate) fn respond(qp: &Arc<QpShared>) {
         qp.kick_responses();
         return;
     }
+    let epoch = rq.wire.epoch;
     for _ in 0..READ_BURST {
-        if rq.wire.held.is_empty() {
-            rq.wire.owned = false;
-            return;
-        }
         let Ok(h) = rq.wire.held.remove(0) else {
+            // All taken: the inbox hands the QP's requests over again.
+            let w = &mut rq.wire;
+            w.owned = false;
+            if core::mem::take(&mut w.held_lost) && !w.nak_sent {
+                // One was not kept: the peer sends it again from the PSN expected.
+                w.nak_sent = true;
+                let (epsn, msn, dest, to) = (w.epsn, w.msn, rq.peer.0, rq.local);
+                let from = rq.peer.1;
+                drop(rq);
+                let nak = Syndrome::Nak(NakCode::PsnSeqErr);
+                ack(qp, back_to(qp, &to, &from, dest).as_ref(), nak, epsn, msn);
+            }
             return;
         };
         drop(rq);
         let taken = match super::packet::header::parse(&h.raw) {
-            Ok(p) => request(qp, &p, &h.from, &h.to, Via::Work),
+            Ok(p) => request(qp, &p, &h.from, &h.to, Via::Work(epoch)),
             Err(_) => false,
         };
         if !taken {
             qp.tables.stats.inc(Counter::RcvdDroppedPkts);
         }
         rq = qp.rq.lock();
-        // A READ it started goes first (on the next run).
-        if rq.wire.reading.is_some() || !rq.wire.owned {
+        // A READ it started goes first (on the next run); a responder put in this one's place
+        // has nothing kept.
+        if rq.wire.reading.is_some() || !rq.wire.owned || rq.wire.epoch != epoch {
             break;
         }
     }
