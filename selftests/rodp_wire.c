@@ -8,7 +8,8 @@
  *
  * The responder: in-order SENDs (one and several packets), WRITE, READ (two response
  * packets; asked for again, served only within a READ taken; a long one holds up no other
- * QP and answers its own QP's later requests after it), FETCH_ADD with a duplicate
+ * QP and answers its own QP's later requests after it, asking again for those beyond the
+ * 128 kept), FETCH_ADD with a duplicate
  * replayed from the cache, each acknowledged as IBTA says; and every hostile packet harmless
  * and counted: a bad ICRC, a stranger's source
  * address, a PSN gap (one NAK), a duplicate (acknowledged again, delivered once), a WRITE
@@ -762,6 +763,59 @@ TEST_F(wire, a_long_read_holds_up_only_its_own_qp)
 	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
 	EXPECT_EQ(9, wc.wr_id);
 	ibv_destroy_qp(qp2);
+	ibv_dereg_mr(mr);
+	free(big);
+}
+
+#define HELD 128
+
+/*
+ * Behind a long READ (4,096 response packets here) the responder keeps 128 request packets
+ * for its QP (as many PSNs as a requester has outstanding); one more is dropped and counted,
+ * and once the kept ones are answered one PSN sequence NAK asks for it again: sent again from
+ * there, every WRITE is taken and the QP goes on.
+ */
+TEST_F(wire, requests_beyond_those_kept_behind_a_long_read_are_asked_for_again)
+{
+	size_t len = (size_t)2 * LONG_PKTS * MTU;
+	uint32_t first = 2 * LONG_PKTS, nak_psn = 0;
+	uint8_t *big = aligned_alloc(4096, len);
+	int rcvbuf = 32 << 20, writes = HELD + 40, acked = 0, reads = 0, naks = 0;
+	long dropped = cnt("rcvd_dropped_pkts");
+	struct ibv_mr *mr;
+	struct pkt p, a;
+
+	ASSERT_NE(NULL, big);
+	ASSERT_EQ(0, setsockopt(self->w.fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)));
+	memset(big, 7, len);
+	mr = ibv_reg_mr(self->d.pd, big, len, ALL_ACCESS);
+	ASSERT_NE(NULL, mr);
+	bth(&p, READ_REQ, self->qp->qp_num, 0, 1);
+	reth(&p, (uintptr_t)big, mr->rkey, len);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	for (int i = 0; i < writes; i++)
+		ASSERT_EQ(0, write_only(self, first + i));
+	while (recv_pkt(&self->w, &a, 3000) > 0) {
+		if (a.b[0] != ACK) {
+			reads++;
+		} else if (a.b[12] == ACK_SYN) {
+			EXPECT_EQ(first + acked, pkt_psn(&a));
+			acked++;
+		} else {
+			EXPECT_EQ(0x60, a.b[12]);
+			nak_psn = pkt_psn(&a);
+			naks++;
+		}
+	}
+	EXPECT_EQ(2 * LONG_PKTS, reads);
+	ASSERT_EQ(1, naks) TH_LOG("%d WRITEs acknowledged", acked);
+	EXPECT_LE(HELD, acked);
+	EXPECT_EQ(first + acked, nak_psn);
+	EXPECT_EQ(dropped + writes - acked, cnt("rcvd_dropped_pkts"));
+	for (int i = acked; i < writes; i++) {
+		ASSERT_EQ(0, write_only(self, first + i));
+		EXPECT_ACK(&self->w, ACK, ACK_SYN, first + i);
+	}
 	ibv_dereg_mr(mr);
 	free(big);
 }
