@@ -14,9 +14,6 @@
 #   RODP_TESTS2=glob                  the two-guest cases to run (default all)
 #   RODP_REPEAT2=N                    each of those cases N times in a row (default 1)
 #   RODP_PAIR_CPUS=N                  vCPUs of each of the two guests (default 1)
-#   RODP_PAIRS=1|2                    `check`'s two-guest phase as one pair of guests running
-#                                     every case, or two pairs at once each running its part
-#                                     (default 2; see pairs)
 #   RODP_PAIR_LINK=tcp|udp            their socket link's transport (default tcp for check2,
 #                                     udp for bench2: see pair)
 #   RODP_ROOTFS=image                 the guests' root filesystem instead of the one
@@ -274,37 +271,20 @@ split() {
 	return $rc
 }
 
-# free_ports KIND N: N free ports of 127.0.0.1 for KIND (tcp or udp), all taken at once so that
-# none is picked twice.
-free_ports() {
-	python3 -c 'import socket, sys
-t = socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM
-s = [socket.socket(socket.AF_INET, t) for _ in range(int(sys.argv[2]))]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*(x.getsockname()[1] for x in s))' "$1" "$2"
-}
-
-# pair TASK2 [PART PORTS]: the two-guest phase (TASK2: check2 or bench2): guests A and B, one
-# vCPU each (two host cores; RODP_PAIR_CPUS=N gives each N), one virtio-net NIC each joined
-# by a socket netdev on the host's loopback (A listens, B connects), nothing else. With PART
-# ("I/N", see pairs) the pair runs part I of N of the cases, its guests and logs are named
-# aI and bI, and PORTS are the two ports its link may use.
+# The two-guest phase (TASK2: check2 or bench2): guests A and B, one vCPU each (two host
+# cores; RODP_PAIR_CPUS=N gives each N), one virtio-net NIC each joined by a socket netdev on
+# the host's loopback (A listens, B connects), nothing else.
 pair() {
-	local task2=$1 part=${2:-} a b loga logb port pa pb rc=0 cpus=${RODP_PAIR_CPUS:-1} sfx=
-	[ -z "$part" ] || sfx=${part%/*}
+	local task2=$1 a b loga logb port pa pb rc=0 cpus=${RODP_PAIR_CPUS:-1}
 	limit2=$((limit2 < limit ? limit2 : limit))
-	a=$(guest_share "a$sfx" "$task2")
-	b=$(guest_share "b$sfx" "$task2")
+	a=$(guest_share a "$task2")
+	b=$(guest_share b "$task2")
 	echo a > "$a/role"
 	echo b > "$b/role"
 	echo "$limit2" > "$a/limit"
 	echo "$limit2" > "$b/limit"
-	if [ -n "$part" ]; then
-		echo "$part" > "$a/part2"
-		echo "$part" > "$b/part2"
-	fi
-	loga=$(logname "${task2}a$sfx")
-	logb=$(logname "${task2}b$sfx")
+	loga=$(logname "${task2}a")
+	logb=$(logname "${task2}b")
 	# The link: a QEMU socket netdev over TCP (A listens, B connects), or with RODP_PAIR_LINK=udp
 	# (the default of bench2) over UDP, one datagram per frame. TCP carries every frame (no
 	# loss the tests did not make), but Nagle's algorithm holds a small frame while one sent
@@ -312,7 +292,11 @@ pair() {
 	# sends two frames in a row (an RC ACK, then its own message) waits about 20 ms each time.
 	local link=${RODP_PAIR_LINK:-tcp} ports na nb
 	[ "$task2" = bench2 ] && link=${RODP_PAIR_LINK:-udp}
-	ports=${3:-$(free_ports "$link" 2)}
+	ports=$(python3 -c 'import socket, sys
+t = socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM
+s = [socket.socket(socket.AF_INET, t) for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))' "$link")
 	port=${ports% *}
 	if [ "$link" = udp ]; then
 		na="socket,id=n0,udp=127.0.0.1:${ports#* },localaddr=127.0.0.1:$port"
@@ -349,40 +333,12 @@ pair() {
 	wait $pa || true
 	wait $pb || true
 	for g in a b; do
-		sed -n '/^RODP-GUEST-UP/,$p' "$(logname "$task2$g$sfx")" | grep -v '^\[' |
-			sed "s/^/$g$sfx| /"
+		sed -n '/^RODP-GUEST-UP/,$p' "$(logname "$task2$g")" | grep -v '^\[' | sed "s/^/$g| /"
 	done
 	for d in "$a" "$b"; do
 		[ "$(cat "$d/rc" 2>/dev/null || echo 124)" = 0 ] || rc=1
 	done
 	summary+=("$a/results" "$loga" "$b/results" "$logb")
-	# For pairs, which runs this one in a subshell.
-	printf '%s\n' "$a/results" "$loga" "$b/results" "$logb" > "$work/summary-$task2$sfx"
-	return $rc
-}
-
-# pairs: `check`'s two-guest phase. With RODP_PAIRS=2 (the default) as two pairs of guests
-# at once, four guests of one vCPU on the two host cores, each pair running its part of the
-# cases (check2.sh says which): one pair keeps its two guests about 0.7 busy, waiting the
-# rest of the time (for timers, the link, its peer), and the second pair's work fills those
-# waits (one pair: 1,097 s on 2026-11-29). Each pair's console lines come when it ends.
-pairs() {
-	local n=${RODP_PAIRS:-2} i rc=0 pids=() ports
-	case $n in
-	1) pair check2; return ;;
-	2) ;;
-	*) die "RODP_PAIRS: 1 or 2" ;;
-	esac
-	read -ra ports <<< "$(free_ports tcp $((2 * n)))"
-	for i in $(seq "$n"); do
-		pair check2 "$i/$n" "${ports[2 * i - 2]} ${ports[2 * i - 1]}" > "$work/pair$i.out" 2>&1 &
-		pids+=($!)
-	done
-	for i in $(seq "$n"); do
-		wait "${pids[i - 1]}" || rc=1
-		cat "$work/pair$i.out"
-		mapfile -t -O "${#summary[@]}" summary < "$work/summary-check2$i" || rc=1
-	done
 	return $rc
 }
 
@@ -400,10 +356,10 @@ wants_pair() {
 
 rc=0
 case $task in
-check2) timed "check2 phase" pairs || rc=$? ;;
+check2) timed "check2 phase" pair check2 || rc=$? ;;
 check)
 	timed "guests A and B (wall)" split || rc=$?
-	if wants_pair; then timed "check2 phase" pairs || rc=1; fi ;;
+	if wants_pair; then timed "check2 phase" pair check2 || rc=1; fi ;;
 bench)
 	case " ${RODP_BENCH_HOSTS:-1 2} " in *" 1 "*) single || rc=$? ;; esac
 	case " ${RODP_BENCH_HOSTS:-1 2} " in *" 2 "*) pair bench2 || rc=1 ;; esac ;;

@@ -10,12 +10,6 @@
 timing boot 0,0
 # RODP_TESTS2: globs of case names ("ibv_rc_pingpong rxe-rxe"); default all.
 filter2=${RODP_TESTS2:-*}
-# run.sh may boot two pairs of guests at once (RODP_PAIRS), each with "I/2" in its share's
-# part2: this pair then runs the cases of part I only. In cases(), "part" names the part of
-# the cases that follow it ("all": every pair runs them).
-part2=$(cat /mnt/rodp/part2 2>/dev/null)
-part2=${part2%/*}
-part=all
 kml_clear
 
 # Roles: ROLE server|client|ready ARGS. "ready" succeeds once the server half (started on A)
@@ -426,8 +420,6 @@ case2() {
 	done
 	set +f
 	[ $want = 1 ] || return 0
-	# Another pair's case.
-	[ -z "$part2" ] || [ "$part" = all ] || [ "$part" = "$part2" ] || return 0
 	# RODP_REPEAT2=N runs each chosen case N times (to measure how often a flaky one fails).
 	for _ in $(seq "${RODP_REPEAT2:-1}"); do case2_once "$@"; done
 }
@@ -506,10 +498,6 @@ cases() {
 	# not (its SENDs are the IPv6 and VLAN cases', IPv4 RC is every other case's), nor are
 	# perftest's latency programs that repeat a bandwidth case's operation (ib_read_lat,
 	# ib_atomic_lat, ib_send_lat); ib_write_lat stays, its responder polls memory.
-	# The two pairs' parts (RODP_PAIRS=2): part 1 is rxe with rxe, rodp answering rxe, and
-	# rodp with rodp's two storage cases; part 2 the rest (2026-11-29: about 535 s and 520 s of
-	# cases when one pair ran them all).
-	part=1
 	case2 "rping 3" rxe rxe rping_role -C 3
 	# rodp answering rxe. UD, rdma_cm over UD (address and route resolution, SIDR over
 	# QP1: MADs as RoCEv2 datagrams), RC SENDs of 4 KiB at MTU 1024 (4 packets each), 64 KiB
@@ -549,7 +537,6 @@ cases() {
 	# 4 QPs, rping (rdma_cm RC; SEND, READ and WRITE, data verified), RC over IPv6, and last a
 	# peer that vanishes (A takes its link down for 6 s): rodp's requester ends in
 	# RETRY_EXC_ERR in time.
-	part=2
 	case2 "ibv_ud_pingpong 512" rxe rodp verbs ibv_ud_pingpong -n 5 -s 512
 	case2 "udaddy 3" rxe rodp udaddy_role -C 3
 	case2 "ibv_rc_pingpong 64K odp" rxe rodp verbs ibv_rc_pingpong -n 5 -s 65536 -c rodp:-o
@@ -600,11 +587,8 @@ cases() {
 	case2 "lossy wire_ops stream 8" rodp rodp lossy ops_role -s -r 8
 	case2 "shallow wire_ops big" rodp rodp shallow ops_role -b
 	case2 "wire_ops vanish" rodp rodp ops_role -v
-	part=1
 	case2 "nfs 4.2 link down" rodp rodp nfs_role 4.2 down
 	case2 "nvme srq link down" rodp rodp nvme_role srq down
-	# Last in every pair: each guest unloads the storage modules it loaded.
-	part=all
 	case2 "storage modules unload" rodp rodp unload_role
 }
 
