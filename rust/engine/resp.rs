@@ -211,6 +211,58 @@ fn own_segs(dst: &Arc<QpShared>, m: &Message<'_>, segs: &[Seg], write: bool) -> 
     })
 }
 
+/// Calls `f` with the MR, offset and length of each piece of the bytes `start..start + len`
+/// of `segs` (as far as `segs` reach), in order, until it fails.
+fn each_piece<E>(
+    segs: &[Seg],
+    start: usize,
+    len: usize,
+    mut f: impl FnMut(&MrRef, usize, usize) -> Result<(), E>,
+) -> Result<(), E> {
+    let end = start.saturating_add(len);
+    let mut base = 0;
+    for s in segs {
+        let n = s.bytes();
+        let (mut pos, hi) = (start.max(base), end.min(base + n));
+        while pos < hi {
+            let (off, rest) = s.at(pos - base);
+            let k = rest.min(hi - pos);
+            if k == 0 {
+                break;
+            }
+            f(&s.mr, off, k)?;
+            pos += k;
+        }
+        base += n;
+        if base >= end {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// [`own_segs`] for a later part of a message, the bytes `start..start + len` of `segs`: when
+/// they are all mapped, nothing else is looked at; else the rest of `segs` from `start` is
+/// owned, so that one fault takes in what the message still needs (as at its first part).
+fn own_part(
+    dst: &Arc<QpShared>,
+    m: &Message<'_>,
+    segs: &[Seg],
+    start: usize,
+    len: usize,
+    write: bool,
+) -> Result<(), Miss> {
+    if each_piece(segs, start, len, |mr, off, k| mr.mapped(off, k, write)).is_ok() {
+        if let Some(t) = m.ticket {
+            fault::found(dst, t);
+        }
+        return Ok(());
+    }
+    each_piece(segs, start, usize::MAX, |mr, off, k| {
+        own(dst, m, mr, off, k, write)
+    })
+}
+
 /// The answer to a copy at the responder that failed with `e`; `segs` are the responder's side
 /// of it, the copy's destination when `write` (else its source). An unmapped page is the
 /// responder's own (its fault is queued, even if the page is back already: the requester's
@@ -277,12 +329,22 @@ pub(super) fn send_part(
     } = rq;
     let wr_id = slot.wr_id;
     segs.clear();
+    let skip = if m.ud.is_some() { GRH_LEN } else { 0 } + off;
     // The receive buffers: their keys, then their pages, which must be mapped (a hole or
-    // read-only memory is a local protection error, as for the requester).
+    // read-only memory is a local protection error, as for the requester). All of them at the
+    // first packet, so that one fault takes in what the message needs; a later packet's own
+    // bytes only (each packet checking the whole buffer made a long SEND cost its pages times
+    // its packets).
     let room = match resolve(dst, &slot.sges, access::LOCAL_WRITE, segs, false)
         .map_err(|_| Miss::Failed)
-        .and_then(|n| own_segs(dst, m, segs, true).map(|()| n))
-    {
+        .and_then(|n| {
+            if first {
+                own_segs(dst, m, segs, true)
+            } else {
+                own_part(dst, m, segs, skip, m.len, true)
+            }
+            .map(|()| n)
+        }) {
         Ok(n) => n,
         // The WQE stays pending.
         Err(Miss::Wait) => return Reply::Wait,
@@ -291,7 +353,6 @@ pub(super) fn send_part(
             return Reply::Nak(Nak::Op);
         }
     };
-    let skip = if m.ud.is_some() { GRH_LEN } else { 0 } + off;
     if m.len + skip > room {
         recv_err(dst, m, pending, wr_id, WcStatus::LocLenErr);
         return if m.ud.is_some() {
