@@ -42,7 +42,7 @@ use kernel::{
         },
         Monotonic,
     },
-    workqueue::{Work, WorkItem},
+    workqueue::{self, Work, WorkItem},
 };
 
 /// Maximum number of QPs per device.
@@ -852,25 +852,24 @@ impl QpShared {
         )
     }
 
-    /// Schedules the requester.
-    pub(crate) fn kick(self: &Arc<Self>) {
-        let q = if self.kernel {
+    /// The queue of the QP's requester and response work: the one memory reclaim may wait for
+    /// with a kernel consumer's QP (as the inbox), else the users' one.
+    fn queue(&self) -> &'static workqueue::Queue {
+        if self.kernel {
             wq::reclaim()
         } else {
             wq::get()
-        };
-        let _ = q.enqueue::<_, 0>(self.clone());
+        }
     }
 
-    /// Schedules the QP's response work (`engine::rc::respond`): on the queue reclaim may wait
-    /// for with a kernel consumer's QP, as the inbox.
+    /// Schedules the requester.
+    pub(crate) fn kick(self: &Arc<Self>) {
+        let _ = self.queue().enqueue::<_, 0>(self.clone());
+    }
+
+    /// Schedules the QP's response work (`engine::rc::respond`).
     pub(crate) fn kick_responses(self: &Arc<Self>) {
-        let q = if self.kernel {
-            wq::reclaim()
-        } else {
-            wq::get()
-        };
-        let _ = q.enqueue::<_, 2>(self.clone());
+        let _ = self.queue().enqueue::<_, 2>(self.clone());
     }
 
     /// Schedules the QP's fault work (`engine::fault`).
