@@ -9,7 +9,8 @@
  * The responder: in-order SENDs (one and several packets), WRITE, READ (two response
  * packets; asked for again, served only within a READ taken; a long one holds up no other
  * QP and answers its own QP's later requests after it, asking again for those beyond the
- * 128 kept), FETCH_ADD with a duplicate
+ * 128 kept), a SEND into ODP memory whose later page goes away between its packets,
+ * FETCH_ADD with a duplicate
  * replayed from the cache, each acknowledged as IBTA says; and every hostile packet harmless
  * and counted: a bad ICRC, a stranger's source
  * address, a PSN gap (one NAK), a duplicate (acknowledged again, delivered once), a WRITE
@@ -702,7 +703,7 @@ TEST_F(wire, duplicate_read_is_served_again_only_within_a_read_taken)
  * inbox, before it looked at anything else, held every QP up behind one peer's READ (up to
  * 2 GiB).
  */
-TEST_F(wire, a_long_read_holds_up_only_its_own_qp)
+TEST_F_TIMEOUT(wire, a_long_read_holds_up_only_its_own_qp, 60)
 {
 	size_t len = (size_t)LONG_PKTS * MTU;
 	struct ibv_qp *qp2 = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
@@ -775,7 +776,7 @@ TEST_F(wire, a_long_read_holds_up_only_its_own_qp)
  * and once the kept ones are answered one PSN sequence NAK asks for it again: sent again from
  * there, every WRITE is taken and the QP goes on.
  */
-TEST_F(wire, requests_beyond_those_kept_behind_a_long_read_are_asked_for_again)
+TEST_F_TIMEOUT(wire, requests_beyond_those_kept_behind_a_long_read_are_asked_for_again, 60)
 {
 	size_t len = (size_t)2 * LONG_PKTS * MTU;
 	uint32_t first = 2 * LONG_PKTS, nak_psn = 0;
@@ -1107,6 +1108,68 @@ TEST_F(wire, write_into_odp_faults_the_whole_write_in_at_its_first_packet)
 	EXPECT_EQ(0, memcmp(odp, data, sizeof(data)));
 	EXPECT_EQ(faults + 1, cnt("num_page_faults"));
 	EXPECT_EQ(pages + (long)sizeof(data) / 4096, cnt("num_page_fault_pages"));
+	ibv_dereg_mr(mr);
+	munmap(odp, sizeof(data));
+}
+
+/*
+ * A SEND of 12 packets into ODP memory (three pages): its first packet gets the whole receive
+ * buffer mapped by one fault; each later packet looks at its own bytes only, and one whose
+ * page went away meanwhile (MADV_DONTNEED) gets an RNR NAK while one fault takes in the rest
+ * of the buffer: sent again it is taken, the packets after it are taken at once, and the
+ * message completes with every byte in place.
+ */
+TEST_F(wire, send_into_odp_memory_unmapped_between_its_packets)
+{
+	enum { N = 12 };
+	static uint8_t data[N * MTU];
+	uint32_t q = self->qp->qp_num;
+	uint8_t *odp = mmap(NULL, sizeof(data), PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_wc wc;
+	struct ibv_mr *mr;
+	struct pkt p, a;
+	long faults;
+	int i;
+
+	ASSERT_NE(MAP_FAILED, odp);
+	mr = ibv_reg_mr(self->d.pd, odp, sizeof(data), ALL_ACCESS | IBV_ACCESS_ON_DEMAND);
+	ASSERT_NE(NULL, mr);
+	ASSERT_EQ(0, post_recv(self->qp, odp, sizeof(data), mr->lkey, 5));
+	fill(data, sizeof(data), 4);
+	bth(&p, SEND_FIRST, q, 0, 1);
+	add(&p, data, MTU);
+	EXPECT_LT(1, until_taken(self, _metadata, &p, &a))
+		TH_LOG("the first packet was taken at once: was the memory mapped?");
+	ASSERT_EQ(ACK_SYN, a.b[12]);
+	/* The first page's other packets. */
+	for (i = 1; i < 4; i++) {
+		bth(&p, SEND_MIDDLE, q, i, 1);
+		add(&p, data + i * MTU, MTU);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		EXPECT_ACK(&self->w, ACK, ACK_SYN, i);
+	}
+	/* The second and third pages go; the next packet lands in the second. */
+	ASSERT_EQ(0, madvise(odp + 4096, 2 * 4096, MADV_DONTNEED));
+	faults = cnt("num_page_faults");
+	bth(&p, SEND_MIDDLE, q, 4, 1);
+	add(&p, data + 4 * MTU, MTU);
+	EXPECT_LT(1, until_taken(self, _metadata, &p, &a))
+		TH_LOG("taken at once: was its page still mapped?");
+	ASSERT_EQ(ACK_SYN, a.b[12]);
+	for (i = 5; i < N; i++) {
+		bth(&p, i == N - 1 ? SEND_LAST : SEND_MIDDLE, q, i, 1);
+		add(&p, data + i * MTU, MTU);
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+		EXPECT_ACK(&self->w, ACK, ACK_SYN, i);
+	}
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(5, wc.wr_id);
+	EXPECT_EQ(sizeof(data), wc.byte_len);
+	EXPECT_EQ(0, memcmp(odp, data, sizeof(data)));
+	/* One fault for the rest of the buffer, not one per page. */
+	EXPECT_EQ(faults + 1, cnt("num_page_faults"));
 	ibv_dereg_mr(mr);
 	munmap(odp, sizeof(data));
 }

@@ -39,7 +39,10 @@
 //! (mlx5's answer to a responder page fault too). A WRITE is checked whole at its first packet,
 //! and its fault takes in the rest of the WRITE with the packet's pages (up to `fault::AHEAD`), so
 //! that one fault serves the whole WRITE. Memory that cannot be faulted in gets the NAK a local
-//! requester would see as `REM_ACCESS_ERR` or `REM_OP_ERR`.
+//! requester would see as `REM_ACCESS_ERR` or `REM_OP_ERR`. A READ's response of more than
+//! [`READ_BURST`] packets is sent by the QP's response work ([`respond`]), a burst at a time;
+//! meanwhile the QP's request packets are kept (at most [`HELD_MAX`]) and taken after it, in
+//! order.
 
 use super::{
     comp::Exec,
@@ -63,6 +66,7 @@ use crate::{
         verbs::{access, QpAttr, QpType, WcStatus, WrOpcode},
     },
     keys,
+    keys::Tables,
     odp::Faults,
     qp::{QpShared, RecvSide},
     stats::Counter,
@@ -135,9 +139,10 @@ impl Taken {
 const READ_BURST: u32 = 16;
 
 /// Request packets a responder keeps while its response work answers a READ: taken after the
-/// READ, in order. As many as a requester has PSNs outstanding (rxe's and rodp's 128, the READ's
-/// own included), so that none of a conforming peer's is lost; one more is dropped (and
-/// counted), and once the kept ones are taken a PSN sequence NAK asks for it again.
+/// READ, in order. A requester has at most 128 PSNs outstanding (rxe's and rodp's), the READ's
+/// response PSNs among them, so a conforming peer sends fewer than this many behind it. One
+/// more is dropped (and counted), and once the kept ones are taken a PSN sequence NAK asks for
+/// it again. All QPs of a device keep at most as many as its inbox holds ([`Backlog::keep`]).
 const HELD_MAX: usize = 128;
 
 /// Source of [`Responder::epoch`].
@@ -166,11 +171,30 @@ struct Reading {
 }
 
 /// A request packet that came while its QP's response work answered a READ: its bytes (the
-/// UDP payload, checked) and the addresses it came from and to.
+/// UDP payload, checked), the addresses it came from and to, and its place in the device's
+/// budget.
 struct Held {
     raw: KVec<u8>,
     from: [u8; 16],
     to: [u8; 16],
+    place: Place,
+}
+
+/// A kept packet's place among those its device keeps ([`Backlog::keep`]): given back when
+/// the packet goes. One that goes without being taken (its responder reset or in error) counts
+/// in `rcvd_dropped_pkts`.
+struct Place {
+    tables: Arc<Tables>,
+    taken: bool,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.tables.backlog.unkeep();
+        if !self.taken {
+            self.tables.stats.inc(Counter::RcvdDroppedPkts);
+        }
+    }
 }
 
 /// Who hands a request packet to the responder ([`request`]).
@@ -1604,22 +1628,29 @@ impl Responder {
     }
 
     /// Keeps the request packet `raw` (from `from` to `to`) for the response work; whether it
-    /// was kept (not beyond [`HELD_MAX`], nor without memory).
-    fn hold(&mut self, raw: &[u8], from: &[u8; 16], to: &[u8; 16]) -> bool {
+    /// was kept (not beyond [`HELD_MAX`] nor the device's budget, nor without memory).
+    fn hold(&mut self, tables: &Arc<Tables>, raw: &[u8], from: &[u8; 16], to: &[u8; 16]) -> bool {
         let mut copy = KVec::new();
         let kept = self.held.len() < HELD_MAX
             && copy.extend_from_slice(raw, GFP_KERNEL).is_ok()
-            && self
-                .held
-                .push(
-                    Held {
-                        raw: copy,
-                        from: *from,
-                        to: *to,
-                    },
-                    GFP_KERNEL,
-                )
-                .is_ok();
+            && self.held.reserve(1, GFP_KERNEL).is_ok()
+            && tables.backlog.keep();
+        if kept {
+            let place = Place {
+                tables: tables.clone(),
+                taken: false,
+            };
+            let h = Held {
+                raw: copy,
+                from: *from,
+                to: *to,
+                place,
+            };
+            // Room was reserved: this cannot fail (and what would fail is counted as dropped).
+            let _ = self.held.push(h, GFP_KERNEL);
+        }
+        // The peer is asked for it again once the kept ones are taken (a duplicate or a packet
+        // nobody would take gets that NAK too: harmless, it names the PSN expected).
         self.held_lost |= !kept;
         kept
     }
@@ -1673,6 +1704,10 @@ pub(super) fn request(
     };
     let back = |dest_qpn: u32| back_to(qp, to, from, dest_qpn);
     let mut rq = qp.rq.lock();
+    // Kept for a responder that a reset or a new `rq_psn` has replaced since.
+    if matches!(via, Via::Work(epoch) if rq.wire.epoch != epoch) {
+        return false;
+    }
     if rq.peer.1 != *from || rq.local != *to {
         drop(rq);
         qp.tables.stats.inc(Counter::RcvdPeerErr);
@@ -1682,8 +1717,7 @@ pub(super) fn request(
         return false;
     }
     match via {
-        Via::Inbox(raw) if rq.wire.owned => return rq.wire.hold(raw, from, to),
-        Via::Work(epoch) if rq.wire.epoch != epoch => return false,
+        Via::Inbox(raw) if rq.wire.owned => return rq.wire.hold(&qp.tables, raw, from, to),
         _ => {}
     }
     let dest = rq.peer.0;
@@ -2204,7 +2238,8 @@ fn read_some(qp: &Arc<QpShared>, r: &mut Reading, burst: u32) -> Result<bool> {
 pub(crate) fn respond(qp: &Arc<QpShared>) {
     let mut rq = qp.rq.lock();
     if !qp.can_receive() {
-        // Nothing more is answered (the error state, a reset: the responder is new then).
+        // Nothing more is answered (the error state, a reset: the responder is new then); the
+        // packets kept count as dropped.
         let w = &mut rq.wire;
         w.reading = None;
         w.held.clear();
@@ -2228,7 +2263,7 @@ pub(crate) fn respond(qp: &Arc<QpShared>) {
     }
     let epoch = rq.wire.epoch;
     for _ in 0..READ_BURST {
-        let Ok(h) = rq.wire.held.remove(0) else {
+        let Ok(mut h) = rq.wire.held.remove(0) else {
             // All taken: the inbox hands the QP's requests over again.
             let w = &mut rq.wire;
             w.owned = false;
@@ -2244,6 +2279,8 @@ pub(crate) fn respond(qp: &Arc<QpShared>) {
             return;
         };
         drop(rq);
+        // Counted below if this delivery does not take it.
+        h.place.taken = true;
         let taken = match super::packet::header::parse(&h.raw) {
             Ok(p) => request(qp, &p, &h.from, &h.to, Via::Work(epoch)),
             Err(_) => false,

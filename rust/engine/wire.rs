@@ -7,11 +7,11 @@
 //! A UD send to a GID that is no rodp device's on this host leaves as one RoCEv2 packet (BTH,
 //! DETH, ImmDt with immediate data, payload, ICRC), sent from the requester's work item; RC
 //! traffic is [`super::rc`]'s. A received packet is checked in softirq context (parse, ICRC,
-//! no IPv4 options), copied into its device's inbox (bounded) and handed out by the inbox's
-//! work item: a UD datagram to the responder as a local message, an RC or UC request to
-//! [`super::rc::request`], an RC answer to [`super::rc::response`]; a packet of another
-//! partition than the default P_Key's is dropped there. Every received packet counts in
-//! `rcvd_pkts`; one that no QP takes also in `rcvd_dropped_pkts`.
+//! no IPv4 options, the default P_Key's partition), copied into its device's inbox (bounded)
+//! and handed out by the inbox's work item: a UD datagram to the responder as a local message,
+//! an RC or UC request to [`super::rc::request`] (which may keep it for the QP's response work
+//! while that answers a long READ), an RC answer to [`super::rc::response`]. Every received
+//! packet counts in `rcvd_pkts`; one that no QP takes also in `rcvd_dropped_pkts`.
 
 use super::{
     packet::{
@@ -41,7 +41,7 @@ use kernel::{
     impl_has_work, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
-        atomic::{Acquire, Atomic, Release},
+        atomic::{Acquire, Atomic, Relaxed, Release},
         Arc, Mutex, SpinLockIrq,
     },
     workqueue::{Work, WorkItem},
@@ -245,6 +245,10 @@ struct Inbound {
 pub(crate) struct Backlog {
     queued: Atomic<u64>,
     taken: Atomic<u64>,
+    /// Request packets the device's QPs keep behind long READs (`rc`'s responder): at most
+    /// as many as the inbox holds, so that keeping them costs no more memory than the inbox
+    /// could.
+    kept: Atomic<u32>,
 }
 
 impl Backlog {
@@ -253,6 +257,7 @@ impl Backlog {
         Self {
             queued: Atomic::new(0),
             taken: Atomic::new(0),
+            kept: Atomic::new(0),
         }
     }
 
@@ -272,6 +277,20 @@ impl Backlog {
 
     pub(super) fn take(&self) {
         self.taken.fetch_add(1, Release);
+    }
+
+    /// Takes one of the device's places for a kept request packet; `false` when all are taken.
+    pub(super) fn keep(&self) -> bool {
+        if self.kept.fetch_add(1, Relaxed) < INBOX_LEN as u32 {
+            return true;
+        }
+        self.kept.fetch_sub(1, Relaxed);
+        false
+    }
+
+    /// Gives a place [`Backlog::keep`] took back.
+    pub(super) fn unkeep(&self) {
+        self.kept.fetch_sub(1, Relaxed);
     }
 }
 
