@@ -198,7 +198,7 @@ impl Drop for Place {
 }
 
 /// Who hands a request packet to the responder ([`request`]).
-pub(super) enum Via<'a> {
+pub(super) enum By<'a> {
     /// The device's inbox, with the packet's bytes: kept (in [`Responder::held`]) while the
     /// QP's response work answers a READ.
     Inbox(&'a [u8]),
@@ -1655,6 +1655,33 @@ impl Responder {
         kept
     }
 
+    /// The READ `m` at `psn` (checked), to answer at the path MTU `mtu` with the MSN of now to
+    /// the peer's QP `dest` at `peer` from the local GID `local`.
+    fn reading(
+        &self,
+        m: &Message<'_>,
+        psn: Psn,
+        mtu: Mtu,
+        dest: u32,
+        peer: &[u8; 16],
+        local: &[u8; 16],
+    ) -> Reading {
+        Reading {
+            psn,
+            n: mtu.packets(m.len as u64) as u32,
+            next: 0,
+            va: m.remote_addr,
+            len: m.len as u64,
+            rkey: m.rkey,
+            mtu,
+            msn: self.msn,
+            dest,
+            peer: *peer,
+            local: *local,
+            epoch: self.epoch,
+        }
+    }
+
     /// Hands the READ `r` to the response work, which owns the request stream from now on.
     fn answer_later(&mut self, r: Reading) {
         self.reading = Some(r);
@@ -1689,15 +1716,15 @@ fn back_to(qp: &QpShared, local: &[u8; 16], peer: &[u8; 16], dest_qpn: u32) -> O
     })
 }
 
-/// The responder's part (on the inbox work, or on the QP's response work `via` says): executes
-/// the request packet `p` that came from `from` to the local GID `to` on `qp`, and answers it;
-/// whether the packet was taken (or kept for the response work).
+/// The responder's part (on the inbox work, or on the QP's response work, as `by` says):
+/// executes the request packet `p` that came from `from` to the local GID `to` on `qp`, and
+/// answers it; whether the packet was taken (or kept for the response work).
 pub(super) fn request(
     qp: &Arc<QpShared>,
     p: &Packet<'_>,
     from: &[u8; 16],
     to: &[u8; 16],
-    via: Via<'_>,
+    by: By<'_>,
 ) -> bool {
     let Some(op) = wr_opcode(p) else {
         return false;
@@ -1705,7 +1732,7 @@ pub(super) fn request(
     let back = |dest_qpn: u32| back_to(qp, to, from, dest_qpn);
     let mut rq = qp.rq.lock();
     // Kept for a responder that a reset or a new `rq_psn` has replaced since.
-    if matches!(via, Via::Work(epoch) if rq.wire.epoch != epoch) {
+    if matches!(by, By::Work(epoch) if rq.wire.epoch != epoch) {
         return false;
     }
     if rq.peer.1 != *from || rq.local != *to {
@@ -1716,8 +1743,8 @@ pub(super) fn request(
     if !qp.can_receive() {
         return false;
     }
-    match via {
-        Via::Inbox(raw) if rq.wire.owned => return rq.wire.hold(&qp.tables, raw, from, to),
+    match by {
+        By::Inbox(raw) if rq.wire.owned => return rq.wire.hold(&qp.tables, raw, from, to),
         _ => {}
     }
     let dest = rq.peer.0;
@@ -1812,7 +1839,7 @@ pub(super) fn request(
                 {
                     return false;
                 }
-                let r = reading(&rq.wire, &m, psn, mtu, msn, dest, from, to);
+                let r = rq.wire.reading(&m, psn, mtu, dest, from, to);
                 answer_read(qp, rq, r);
             }
             Kind::CompareSwap | Kind::FetchAdd => {
@@ -1898,8 +1925,7 @@ pub(super) fn request(
             }
             if p.info.kind == Kind::ReadRequest {
                 // Its response (after the counting below), now or by the response work.
-                let msn = w.msn;
-                read_now = Some(reading(w, &m, psn, mtu, msn, dest, from, to));
+                read_now = Some(w.reading(&m, psn, mtu, dest, from, to));
             }
             w.msn
         }
@@ -2119,35 +2145,6 @@ fn atomic_ack(qp: &QpShared, tx: Option<&Tx>, psn: Psn, msn: u32, orig: u64) {
     let _ = tx.send(&qp.tables.stats, h, 0, |_| Ok(()));
 }
 
-/// The READ `m` at `psn` of `qp` (checked), to answer at the path MTU `mtu` with the MSN `msn`
-/// to the peer's QP `dest` at `peer` from the local GID `local`.
-#[allow(clippy::too_many_arguments)]
-fn reading(
-    w: &Responder,
-    m: &Message<'_>,
-    psn: Psn,
-    mtu: Mtu,
-    msn: u32,
-    dest: u32,
-    peer: &[u8; 16],
-    local: &[u8; 16],
-) -> Reading {
-    Reading {
-        psn,
-        n: mtu.packets(m.len as u64) as u32,
-        next: 0,
-        va: m.remote_addr,
-        len: m.len as u64,
-        rkey: m.rkey,
-        mtu,
-        msn,
-        dest,
-        peer: *peer,
-        local: *local,
-        epoch: w.epoch,
-    }
-}
-
 /// Answers the READ `r` of `qp`, whose responder `rq` holds: at once when it is short and
 /// nothing waits before it, else by the QP's response work.
 fn answer_read(qp: &Arc<QpShared>, mut rq: MutexGuard<'_, RecvSide>, mut r: Reading) {
@@ -2282,7 +2279,7 @@ pub(crate) fn respond(qp: &Arc<QpShared>) {
         // Counted below if this delivery does not take it.
         h.place.taken = true;
         let taken = match super::packet::header::parse(&h.raw) {
-            Ok(p) => request(qp, &p, &h.from, &h.to, Via::Work(epoch)),
+            Ok(p) => request(qp, &p, &h.from, &h.to, By::Work(epoch)),
             Err(_) => false,
         };
         if !taken {

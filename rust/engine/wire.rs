@@ -409,12 +409,12 @@ impl Inbox {
             Service::Ud => self.deliver_ud(&qp, ib, &p),
             Service::Rc if qp.qp_type != QpType::Rc => false,
             Service::Rc if p.info.is_request() => {
-                rc::request(&qp, &p, &ib.sgid, &ib.dgid, rc::Via::Inbox(&ib.raw))
+                rc::request(&qp, &p, &ib.sgid, &ib.dgid, rc::By::Inbox(&ib.raw))
             }
             Service::Rc => rc::response(&qp, &p, &ib.sgid),
             // UC has requests only (no answers exist).
             Service::Uc if qp.qp_type == QpType::Uc => {
-                rc::request(&qp, &p, &ib.sgid, &ib.dgid, rc::Via::Inbox(&ib.raw))
+                rc::request(&qp, &p, &ib.sgid, &ib.dgid, rc::By::Inbox(&ib.raw))
             }
             Service::Uc => false,
         }
