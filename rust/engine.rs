@@ -28,7 +28,7 @@ pub(crate) use comp::backoff_expired;
 pub(crate) use fault::{forget as forget_faults, run as run_fault, FaultState, Ticket};
 pub(crate) use net::Binding;
 pub(crate) use packet::Gid;
-pub(crate) use rc::{respond, Answer, Requester as RcRequester, Responder as RcResponder};
+pub(crate) use rc::{respond, Answer, Parted, Requester as RcRequester, Responder as RcResponder};
 pub(crate) use req::{run_send_queue, run_send_queue_now, Peer};
 pub(crate) use share::{current_user, try_take as take_worker, Held, Workers};
 pub(crate) use wire::Backlog;

@@ -100,6 +100,9 @@ pub(crate) struct Tables {
     pub(crate) stats: Stats,
     /// How far the device's inbox has got (its requesters' timers wait for it).
     pub(crate) backlog: crate::engine::Backlog,
+    /// The RC QPs destroyed a moment ago, whose last message a duplicate still gets an ACK.
+    #[pin]
+    pub(crate) parted: crate::engine::Parted,
 }
 
 impl Tables {
@@ -116,6 +119,7 @@ impl Tables {
             odp,
             stats: Stats::new(),
             backlog: crate::engine::Backlog::new(),
+            parted <- crate::engine::Parted::new(),
         })
     }
 

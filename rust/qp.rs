@@ -766,6 +766,9 @@ impl Qp {
     /// freed.
     pub(crate) fn destroy(&self) {
         let s = &self.shared;
+        if s.qp_type == QpType::Rc {
+            s.tables.parted.remember(s.qpn, &s.rq.lock());
+        }
         s.set_state(QpState::Err);
         {
             let mut sq = s.sq.lock();

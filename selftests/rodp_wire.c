@@ -693,6 +693,61 @@ TEST_F(wire, duplicate_read_is_served_again_only_within_a_read_taken)
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 3);
 }
 
+/*
+ * An RC QP destroyed right after it took a message acknowledges that message again for a few
+ * seconds: its first ACK may have been lost, and the peer's requester (rxe's, which takes
+ * retry_cnt 7 as "for ever") would resend it to nobody. Only a duplicate from the QP's peer
+ * is answered, with the QP's last ACK, to the peer's QP; a new message for the number is
+ * dropped and counted, and so is the duplicate after that time.
+ */
+TEST_F_TIMEOUT(wire, a_destroyed_qp_acknowledges_its_last_message_again_for_a_while, 30)
+{
+	struct ibv_qp *qp2 = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	long dup = cnt("duplicate_request"), dropped;
+	struct ibv_wc wc;
+	struct pkt a;
+	uint32_t q;
+
+	ASSERT_NE(NULL, qp2);
+	q = qp2->qp_num;
+	ASSERT_EQ(0, rc_connect(qp2, &self->d, PEER_QPN + 1, &self->peer, wire_opts()));
+	ASSERT_EQ(0, post_recv(qp2, self->buf, 256, self->mr->lkey, 9));
+	for (uint32_t psn = 0; psn < 2; psn++) {
+		ASSERT_EQ(0, send_only(&self->w, q, psn, 64, 3, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000)) TH_LOG("no ACK");
+		EXPECT_EQ(psn, pkt_psn(&a));
+		if (psn == 0)
+			ASSERT_EQ(0, post_recv(qp2, self->buf, 256, self->mr->lkey, 10));
+	}
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(10, wc.wr_id);
+	ASSERT_EQ(0, ibv_destroy_qp(qp2));
+
+	/* Both messages again: each acknowledged with the last ACK, to the peer's QP. */
+	for (uint32_t psn = 0; psn < 2; psn++) {
+		ASSERT_EQ(0, send_only(&self->w, q, psn, 64, 3, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000)) TH_LOG("no ACK from the QP gone");
+		EXPECT_EQ(ACK, a.b[0]);
+		EXPECT_EQ(ACK_SYN, a.b[12]);
+		EXPECT_EQ(1, pkt_psn(&a));
+		EXPECT_EQ(PEER_QPN + 1, get24(a.b + 5));
+	}
+	EXPECT_EQ(dup + 2, cnt("duplicate_request"));
+	/* A new message, or a duplicate from elsewhere: nothing. */
+	dropped = cnt("rcvd_dropped_pkts");
+	ASSERT_EQ(0, send_only(&self->w, q, 2, 64, 3, PEER_IP, 0));
+	ASSERT_EQ(0, send_only(&self->w, q, 1, 64, 3, STRANGER_IP, 0));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("answered: 0x%x", a.b[0]);
+	EXPECT_EQ(dropped + 2, cnt("rcvd_dropped_pkts"));
+	/* After a while: nothing either. */
+	sleep(4);
+	ASSERT_EQ(0, send_only(&self->w, q, 1, 64, 3, PEER_IP, 0));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("answered after the while");
+	EXPECT_EQ(dropped + 3, cnt("rcvd_dropped_pkts"));
+	EXPECT_EQ(dup + 2, cnt("duplicate_request"));
+}
+
 #define LONG_PKTS 2048
 
 /*

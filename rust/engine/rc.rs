@@ -73,11 +73,13 @@ use crate::{
 };
 use core::cell::Cell;
 use kernel::{
+    new_mutex,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Relaxed},
-        Arc, MutexGuard,
+        Arc, Mutex, MutexGuard,
     },
+    time::{Delta, Instant, Monotonic},
 };
 
 /// Bytes of an RDMA READ one request asks for: the response waits in a buffer of this size
@@ -194,6 +196,138 @@ impl Drop for Place {
         if !self.taken {
             self.tables.stats.inc(Counter::RcvdDroppedPkts);
         }
+    }
+}
+
+/// How long a destroyed RC QP's responder still acknowledges the last message it took again
+/// ([`Parted`]): a few of a requester's retransmission timeouts (67 ms at `timeout` 14, about
+/// a second at the 18 rdma_cm gives RoCE).
+const LINGER: Delta = Delta::from_millis(3000);
+
+/// Destroyed RC QPs a device remembers at once ([`Parted`]); a newer one takes the oldest's
+/// place.
+const PARTED_MAX: usize = 32;
+
+/// Where the responder of a destroyed RC QP was: its number, its peer's QP and GID, the local
+/// GID, the PSN it expected next and its MSN (the last packet it took, at the PSN before, was
+/// a SEND's or a WRITE's), and when it went.
+#[derive(Clone, Copy)]
+struct Last {
+    qpn: u32,
+    peer_qpn: u32,
+    peer: [u8; 16],
+    local: [u8; 16],
+    epsn: Psn,
+    msn: u32,
+    at: Instant<Monotonic>,
+}
+
+/// The RC QPs of a device destroyed in the last [`LINGER`]: for that long a duplicate of the
+/// last message one took, from its peer, is acknowledged again, as the QP would have (a TCP
+/// connection's TIME-WAIT does the same for its last ACK). An application typically destroys
+/// its QP as soon as its last receive completes, right after the responder sent that
+/// message's ACK; when the ACK does not arrive, or arrives while the peer's requester is
+/// sending the message again after its timer fired early (rxe's completer then drops it, or
+/// moves its PSN on without completing the WQE, see Documentation/rodp.rst), the peer resends
+/// to a QP that is gone, and rxe's, which takes `retry_cnt` 7 as "for ever", resends for ever.
+/// Nothing else reaches a destroyed QP: the packet is dropped and counted.
+#[pin_data]
+pub(crate) struct Parted {
+    #[pin]
+    ring: Mutex<Ring>,
+}
+
+/// The last [`PARTED_MAX`] destroyed RC QPs, and the place of the next.
+struct Ring {
+    last: [Option<Last>; PARTED_MAX],
+    next: usize,
+}
+
+impl Ring {
+    fn put(&mut self, last: Last) {
+        self.last[self.next] = Some(last);
+        self.next = (self.next + 1) % PARTED_MAX;
+    }
+
+    /// What the newest QP numbered `qpn` answers a duplicate at `psn`, from `from` to `to`,
+    /// with: its state, when that was its peer and local GID and `psn` comes before the one it
+    /// expected next.
+    fn find(&self, qpn: u32, from: &[u8; 16], to: &[u8; 16], psn: Psn) -> Option<Last> {
+        (1..=PARTED_MAX)
+            .filter_map(|k| self.last[(self.next + PARTED_MAX - k) % PARTED_MAX])
+            .find(|l| l.qpn == qpn)
+            .filter(|l| l.peer == *from && l.local == *to && psn.diff(l.epsn) < 0)
+    }
+}
+
+impl Parted {
+    /// None yet.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            ring <- new_mutex!(Ring {
+                last: [None; PARTED_MAX],
+                next: 0,
+            }),
+        })
+    }
+
+    /// Remembers the responder `rq` of the RC QP `qpn`, destroyed now, when the last packet
+    /// it took from a peer on another host was a SEND's or a WRITE's.
+    pub(crate) fn remember(&self, qpn: u32, rq: &RecvSide) {
+        let w = &rq.wire;
+        // No message taken (a QP of a peer on this host, or reset or in error since), or a
+        // READ or an atomic last, which a plain ACK does not answer.
+        if w.msn == 0 || w.acked != w.epsn.add(u32::MAX) {
+            return;
+        }
+        self.ring.lock().put(Last {
+            qpn,
+            peer_qpn: rq.peer.0,
+            peer: rq.peer.1,
+            local: rq.local,
+            epsn: w.epsn,
+            msn: w.msn,
+            at: Instant::now(),
+        });
+    }
+
+    /// Answers the request packet `p`, from `from` to the local GID `to`, for a QP number no
+    /// QP has: an ACK when a QP of that number, destroyed in the last [`LINGER`], had taken it
+    /// (a duplicate of its last SEND or WRITE, from its peer, that ends its message or asks
+    /// for an ACK); whether it did.
+    pub(crate) fn answer(
+        &self,
+        tables: &Arc<Tables>,
+        p: &Packet<'_>,
+        from: &[u8; 16],
+        to: &[u8; 16],
+    ) -> bool {
+        let asks = p.hdr.bth.ack_req || p.info.position.ends();
+        if p.info.service != Service::Rc
+            || !matches!(p.info.kind, Kind::Send | Kind::Write)
+            || !asks
+        {
+            return false;
+        }
+        let qpn = p.hdr.bth.dest_qpn;
+        let Some(l) = self.ring.lock().find(qpn, from, to, p.hdr.bth.psn) else {
+            return false;
+        };
+        if l.at.elapsed() > LINGER {
+            return false;
+        }
+        let Some(tx) = Tx::new(tables, qpn, to, from, l.peer_qpn, 64, 0) else {
+            return false;
+        };
+        tables.stats.inc(Counter::DuplicateRequest);
+        send_ack(
+            tables,
+            &tx,
+            Syndrome::Ack(NO_CREDITS),
+            l.epsn.add(u32::MAX),
+            l.msn,
+        );
+        true
     }
 }
 
@@ -2112,10 +2246,15 @@ fn execute_in_order(
 
 /// Sends an ACK or NAK for `psn`.
 fn ack(qp: &QpShared, tx: Option<&Tx>, syndrome: Syndrome, psn: Psn, msn: u32) {
-    let Some(tx) = tx else { return };
+    if let Some(tx) = tx {
+        send_ack(&qp.tables, tx, syndrome, psn, msn);
+    }
+}
+
+fn send_ack(tables: &Tables, tx: &Tx, syndrome: Syndrome, psn: Psn, msn: u32) {
     let mut h = Headers::new(Bth::new(Opcode::RC_ACKNOWLEDGE, tx.dest_qpn, psn));
     h.aeth = Some(Aeth { syndrome, msn });
-    let _ = tx.send(&qp.tables.stats, h, 0, |_| Ok(()));
+    let _ = tx.send(&tables.stats, h, 0, |_| Ok(()));
 }
 
 /// Answers a FLUSH or an ATOMIC WRITE at `psn` as rxe does: an RDMA READ response without
@@ -2300,6 +2439,55 @@ pub(crate) fn respond(qp: &Arc<QpShared>) {
 mod tests {
     use super::*;
     use crate::engine::packet::header::{build, parse};
+
+    fn last(qpn: u32, peer: u8, epsn: u32) -> Last {
+        Last {
+            qpn,
+            peer_qpn: 7,
+            peer: [peer; 16],
+            local: [9; 16],
+            epsn: Psn::new(epsn),
+            msn: 1,
+            at: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn parted_qps_answer_duplicates_from_their_peer_newest_first() {
+        let mut r = Ring {
+            last: [None; PARTED_MAX],
+            next: 0,
+        };
+        let (a, b, local) = ([1; 16], [2; 16], [9; 16]);
+        assert!(r.find(5, &a, &local, Psn::new(0)).is_none());
+        r.put(last(5, 1, 10));
+        // Before the PSN it expected (half the PSN space back), from its peer, to its GID.
+        assert_eq!(r.find(5, &a, &local, Psn::new(9)).map(|l| l.msn), Some(1));
+        assert!(r
+            .find(5, &a, &local, Psn::new(10 + (1 << 23) + 1))
+            .is_some());
+        assert!(r.find(5, &a, &local, Psn::new(10)).is_none());
+        assert!(r.find(5, &a, &local, Psn::new(11)).is_none());
+        assert!(r.find(5, &b, &local, Psn::new(9)).is_none());
+        assert!(r.find(5, &a, &a, Psn::new(9)).is_none());
+        assert!(r.find(6, &a, &local, Psn::new(9)).is_none());
+        // A newer QP of the number (with another peer) hides the older.
+        r.put(last(5, 2, 20));
+        assert!(r.find(5, &a, &local, Psn::new(9)).is_none());
+        assert_eq!(
+            r.find(5, &b, &local, Psn::new(19)).map(|l| l.epsn),
+            Some(Psn::new(20))
+        );
+        // The oldest gives way to the newest.
+        for n in 0..PARTED_MAX as u32 - 1 {
+            r.put(last(100 + n, 1, 10));
+        }
+        assert!(r.find(5, &b, &local, Psn::new(19)).is_some());
+        r.put(last(200, 1, 10));
+        assert!(r.find(5, &b, &local, Psn::new(19)).is_none());
+        assert!(r.find(200, &a, &local, Psn::new(9)).is_some());
+        assert!(r.find(101, &a, &local, Psn::new(9)).is_some());
+    }
 
     /// An expectation of `kind` for PSNs `first..=last` (a READ of `want` bytes).
     fn expect(kind: Awaited, first: u32, last: u32, want: usize) -> Expect {

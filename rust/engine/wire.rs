@@ -403,7 +403,11 @@ impl Inbox {
             _ => return false,
         }
         let Some(qp) = self.tables.qps.get(p.hdr.bth.dest_qpn) else {
-            return false;
+            // Perhaps a QP destroyed a moment ago that took it.
+            return self
+                .tables
+                .parted
+                .answer(&self.tables, &p, &ib.sgid, &ib.dgid);
         };
         match p.info.service {
             Service::Ud => self.deliver_ud(&qp, ib, &p),
