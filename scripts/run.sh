@@ -13,6 +13,7 @@
 #                                     RODP_TESTS is unset or one of its globs matches "check2"
 #   RODP_TESTS2=glob                  the two-guest cases to run (default all)
 #   RODP_REPEAT2=N                    each of those cases N times in a row (default 1)
+#   RODP_COUNTERS2=1                  each guest's device counters after every case
 #   RODP_PAIR_CPUS=N                  vCPUs of each of the two guests (default 1)
 #   RODP_PAIR_LINK=tcp|udp            their socket link's transport (default tcp for check2,
 #                                     udp for bench2: see pair)

@@ -474,6 +474,11 @@ case2_once() {
 	if [ $lost = 0 ]; then peer=$(sync_peer "done $n" $rc 600) || lost=1; fi
 	cat $out
 	[ $rc = 0 ] && [ "$peer" = 0 ] || failed_state
+	# RODP_COUNTERS2=1: each guest's device counters after every case (they add up over the
+	# cases of one driver load).
+	if [ -n "${RODP_COUNTERS2:-}" ]; then
+		echo "-- $dev counters: $(rdma statistic show link "$dev/1" 2>/dev/null | tr -s ' \n' ' ')"
+	fi
 	timing "$name" "$t0"
 	echo "== $name ($el s): here $rc, peer ${peer:-none}"
 	[ "$role" = a ] || return 0
