@@ -766,10 +766,12 @@ impl Qp {
     /// freed.
     pub(crate) fn destroy(&self) {
         let s = &self.shared;
+        s.set_state(QpState::Err);
+        // After the state: a packet the responder takes from now on finds the QP in error, so
+        // what is remembered is its last.
         if s.qp_type == QpType::Rc {
             s.tables.parted.remember(s.qpn, &s.rq.lock());
         }
-        s.set_state(QpState::Err);
         {
             let mut sq = s.sq.lock();
             sq.queue = None;

@@ -390,6 +390,19 @@ static long cnt(const char *name)
 	return hw_counter("rodp0", name);
 }
 
+/*
+ * The counter once it reads `want`, or after 3 s: a packet no answer came for may still wait
+ * in the inbox when the test stops waiting for one.
+ */
+static long cnt_at(const char *name, long want)
+{
+	long end = now_ms() + 3000, v;
+
+	while ((v = cnt(name)) != want && now_ms() < end)
+		usleep(20000);
+	return v;
+}
+
 /* The QP's rq_psn or sq_psn (mask) as ibv_query_qp shows it. */
 static uint32_t qp_psn(struct ibv_qp *qp, int mask)
 {
@@ -695,12 +708,12 @@ TEST_F(wire, duplicate_read_is_served_again_only_within_a_read_taken)
 
 /*
  * An RC QP destroyed right after it took a message acknowledges that message again for a few
- * seconds: its first ACK may have been lost, and the peer's requester (rxe's, which takes
+ * seconds (10): its first ACK may have been lost, and the peer's requester (rxe's, which takes
  * retry_cnt 7 as "for ever") would resend it to nobody. Only a duplicate from the QP's peer
  * is answered, with the QP's last ACK, to the peer's QP; a new message for the number is
  * dropped and counted, and so is the duplicate after that time.
  */
-TEST_F_TIMEOUT(wire, a_destroyed_qp_acknowledges_its_last_message_again_for_a_while, 30)
+TEST_F_TIMEOUT(wire, a_destroyed_qp_acknowledges_its_last_message_again_for_a_while, 45)
 {
 	struct ibv_qp *qp2 = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
 	long dup = cnt("duplicate_request"), dropped;
@@ -739,12 +752,12 @@ TEST_F_TIMEOUT(wire, a_destroyed_qp_acknowledges_its_last_message_again_for_a_wh
 	ASSERT_EQ(0, send_only(&self->w, q, 2, 64, 3, PEER_IP, 0));
 	ASSERT_EQ(0, send_only(&self->w, q, 1, 64, 3, STRANGER_IP, 0));
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("answered: 0x%x", a.b[0]);
-	EXPECT_EQ(dropped + 2, cnt("rcvd_dropped_pkts"));
-	/* After a while: nothing either. */
-	sleep(4);
+	EXPECT_EQ(dropped + 2, cnt_at("rcvd_dropped_pkts", dropped + 2));
+	/* After the while (10 s): nothing either. */
+	sleep(11);
 	ASSERT_EQ(0, send_only(&self->w, q, 1, 64, 3, PEER_IP, 0));
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 300)) TH_LOG("answered after the while");
-	EXPECT_EQ(dropped + 3, cnt("rcvd_dropped_pkts"));
+	EXPECT_EQ(dropped + 3, cnt_at("rcvd_dropped_pkts", dropped + 3));
 	EXPECT_EQ(dup + 2, cnt("duplicate_request"));
 }
 
@@ -915,14 +928,17 @@ TEST_F_TIMEOUT(wire, requests_kept_behind_a_read_count_as_dropped_when_the_qp_re
 		else if (a.b[12] == ACK_SYN)
 			acked++;
 	}
-	EXPECT_GT(2 * LONG_PKTS, reads) TH_LOG("the whole READ was answered before the reset");
-	EXPECT_LT(0, cnt("rcvd_dropped_pkts") - dropped) TH_LOG("%d WRITEs acknowledged", acked);
-	EXPECT_EQ(dropped + writes - acked, cnt("rcvd_dropped_pkts"));
+	EXPECT_EQ(dropped + writes - acked,
+		  cnt_at("rcvd_dropped_pkts", dropped + writes - acked));
 	ASSERT_EQ(0, connect_peer(self, wire_opts()));
 	ASSERT_EQ(0, write_only(self, 0));
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
 	ibv_dereg_mr(mr);
 	free(big);
+	/* Under TCG the READ takes seconds; a fast host (KVM) may answer all of it first. */
+	if (reads == 2 * LONG_PKTS)
+		SKIP(return, "the whole READ was answered before the reset");
+	EXPECT_LT(0, cnt("rcvd_dropped_pkts") - dropped) TH_LOG("%d WRITEs acknowledged", acked);
 }
 
 /*

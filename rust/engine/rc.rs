@@ -200,9 +200,9 @@ impl Drop for Place {
 }
 
 /// How long a destroyed RC QP's responder still acknowledges the last message it took again
-/// ([`Parted`]): a few of a requester's retransmission timeouts (67 ms at `timeout` 14, about
-/// a second at the 18 rdma_cm gives RoCE).
-const LINGER: Delta = Delta::from_millis(3000);
+/// ([`Parted`]): several of a requester's retransmission timeouts (67 ms at `timeout` 14, a
+/// second at the 18 rdma_cm gives RoCE, two resends at 20).
+const LINGER: Delta = Delta::from_millis(10_000);
 
 /// Destroyed RC QPs a device remembers at once ([`Parted`]); a newer one takes the oldest's
 /// place.
@@ -275,8 +275,8 @@ impl Parted {
     /// it took from a peer on another host was a SEND's or a WRITE's.
     pub(crate) fn remember(&self, qpn: u32, rq: &RecvSide) {
         let w = &rq.wire;
-        // No message taken (a QP of a peer on this host, or reset or in error since), or a
-        // READ or an atomic last, which a plain ACK does not answer.
+        // No message taken (a QP of a peer on this host, or reset since; one in error keeps
+        // its responder), or a READ or an atomic last, which a plain ACK does not answer.
         if w.msn == 0 || w.acked != w.epsn.add(u32::MAX) {
             return;
         }
@@ -316,7 +316,7 @@ impl Parted {
         if l.at.elapsed() > LINGER {
             return false;
         }
-        let Some(tx) = Tx::new(tables, qpn, to, from, l.peer_qpn, 64, 0) else {
+        let Some(tx) = flow_back(tables, qpn, to, from, l.peer_qpn) else {
             return false;
         };
         tables.stats.inc(Counter::DuplicateRequest);
@@ -351,6 +351,25 @@ const NO_CREDITS: u8 = 0x1f;
 /// ibv_rc_pingpong's `timeout` 14) to cross the link and be placed whole, which under emulation
 /// it did not always; the retry that followed met rxe's lost completion (see `rodp.rst`).
 const ACK_EVERY: u32 = 16;
+
+/// While more than [`BEHIND`] datagrams wait in the device's inbox, every this many: the time
+/// between two ACKs of a QP is then that of the packets of every QP taken in between, which
+/// the queue (and one vCPU that also runs the applications) stretches; the timer of rxe's
+/// requester does not tell that from a loss.
+const ACK_EVERY_BEHIND: u32 = 4;
+
+/// Datagrams waiting in the inbox beyond which it is behind ([`ACK_EVERY_BEHIND`]).
+const BEHIND: u64 = 32;
+
+/// Whether the SEND or WRITE packet at `psn` that did not ask for an ACK gets one.
+fn unasked_ack(backlog: &Backlog, psn: Psn) -> bool {
+    let every = if backlog.waiting() > BEHIND {
+        ACK_EVERY_BEHIND
+    } else {
+        ACK_EVERY
+    };
+    psn.get() % every == every - 1
+}
 
 /// Messages sent behind the one at the head while it waits for its answer.
 const AHEAD: usize = 32;
@@ -1844,7 +1863,19 @@ fn wr_opcode(p: &Packet<'_>) -> Option<WrOpcode> {
 /// The way back from `qp` at the local GID `local` to the peer's QP `dest_qpn` at `peer`;
 /// looked up only for an answer, with no ring lock held (the device list has a lock of its own).
 fn back_to(qp: &QpShared, local: &[u8; 16], peer: &[u8; 16], dest_qpn: u32) -> Option<Tx> {
-    Tx::new(&qp.tables, qp.qpn, local, peer, 0, 64, 0).map(|mut t| {
+    flow_back(&qp.tables, qp.qpn, local, peer, dest_qpn)
+}
+
+/// The flow of a responder's answers from QP `qpn` of the device of `tables` at the GID `local`
+/// to the peer's QP `dest_qpn` at `peer` (its UDP source port hashed from `qpn` alone).
+fn flow_back(
+    tables: &Arc<Tables>,
+    qpn: u32,
+    local: &[u8; 16],
+    peer: &[u8; 16],
+    dest_qpn: u32,
+) -> Option<Tx> {
+    Tx::new(tables, qpn, local, peer, 0, 64, 0).map(|mut t| {
         t.dest_qpn = dest_qpn;
         t
     })
@@ -2107,7 +2138,7 @@ pub(super) fn request(
                 Kind::Flush | Kind::AtomicWrite => placed_ack(qp, back(dest).as_ref(), psn, msn),
                 _ if p.hdr.bth.ack_req
                     || p.info.position.ends()
-                    || psn.get() % ACK_EVERY == ACK_EVERY - 1 =>
+                    || unasked_ack(&qp.tables.backlog, psn) =>
                 {
                     ack(qp, back(dest).as_ref(), Syndrome::Ack(NO_CREDITS), psn, msn)
                 }

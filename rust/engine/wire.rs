@@ -266,6 +266,12 @@ impl Backlog {
         self.queued.load(Acquire)
     }
 
+    /// Datagrams queued and not yet delivered or refused.
+    pub(crate) fn waiting(&self) -> u64 {
+        let taken = self.taken.load(Acquire);
+        self.queued.load(Acquire).saturating_sub(taken)
+    }
+
     /// Whether every datagram queued before `mark` was taken was delivered or refused.
     pub(crate) fn reached(&self, mark: u64) -> bool {
         self.taken.load(Acquire) >= mark
