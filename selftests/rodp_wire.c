@@ -839,6 +839,30 @@ TEST_F_TIMEOUT(wire, a_long_read_holds_up_only_its_own_qp, 60)
 #define HELD 128
 
 /*
+ * Sends the fixture's QP a READ at PSN 0 of `len` bytes of a new MR (*big, filled with 7s),
+ * with room in the socket for its whole response.
+ */
+static struct ibv_mr *start_long_read(FIXTURE_DATA(wire) *self,
+				      struct __test_metadata *_metadata, size_t len, uint8_t **big)
+{
+	int rcvbuf = 32 << 20;
+	struct ibv_mr *mr;
+	struct pkt p;
+
+	*big = aligned_alloc(4096, len);
+	ASSERT_NE(NULL, *big);
+	ASSERT_EQ(0, setsockopt(self->w.fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)));
+	memset(*big, 7, len);
+	mr = ibv_reg_mr(self->d.pd, *big, len, ALL_ACCESS);
+	ASSERT_NE(NULL, mr);
+	bth(&p, READ_REQ, self->qp->qp_num, 0, 1);
+	reth(&p, (uintptr_t)*big, mr->rkey, len);
+	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	return mr;
+}
+
+
+/*
  * Behind a long READ (4,096 response packets here) the responder keeps 128 request packets
  * for its QP (as many PSNs as a requester has outstanding); one more is dropped and counted,
  * and once the kept ones are answered one PSN sequence NAK asks for it again: sent again from
@@ -848,20 +872,13 @@ TEST_F_TIMEOUT(wire, requests_beyond_those_kept_behind_a_long_read_are_asked_for
 {
 	size_t len = (size_t)2 * LONG_PKTS * MTU;
 	uint32_t first = 2 * LONG_PKTS, nak_psn = 0;
-	uint8_t *big = aligned_alloc(4096, len);
-	int rcvbuf = 32 << 20, writes = HELD + 40, acked = 0, reads = 0, naks = 0;
+	int writes = HELD + 40, acked = 0, reads = 0, naks = 0;
 	long dropped = cnt("rcvd_dropped_pkts");
 	struct ibv_mr *mr;
-	struct pkt p, a;
+	uint8_t *big;
+	struct pkt a;
 
-	ASSERT_NE(NULL, big);
-	ASSERT_EQ(0, setsockopt(self->w.fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)));
-	memset(big, 7, len);
-	mr = ibv_reg_mr(self->d.pd, big, len, ALL_ACCESS);
-	ASSERT_NE(NULL, mr);
-	bth(&p, READ_REQ, self->qp->qp_num, 0, 1);
-	reth(&p, (uintptr_t)big, mr->rkey, len);
-	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	mr = start_long_read(self, _metadata, len, &big);
 	for (int i = 0; i < writes; i++)
 		ASSERT_EQ(0, write_only(self, first + i));
 	while (recv_pkt(&self->w, &a, 3000) > 0) {
@@ -899,20 +916,13 @@ TEST_F_TIMEOUT(wire, requests_kept_behind_a_read_count_as_dropped_when_the_qp_re
 {
 	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
 	size_t len = (size_t)2 * LONG_PKTS * MTU;
-	uint8_t *big = aligned_alloc(4096, len);
-	int rcvbuf = 32 << 20, writes = 32, acked = 0, reads = 0;
+	int writes = 32, acked = 0, reads = 0;
 	long dropped = cnt("rcvd_dropped_pkts");
 	struct ibv_mr *mr;
-	struct pkt p, a;
+	uint8_t *big;
+	struct pkt a;
 
-	ASSERT_NE(NULL, big);
-	ASSERT_EQ(0, setsockopt(self->w.fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)));
-	memset(big, 7, len);
-	mr = ibv_reg_mr(self->d.pd, big, len, ALL_ACCESS);
-	ASSERT_NE(NULL, mr);
-	bth(&p, READ_REQ, self->qp->qp_num, 0, 1);
-	reth(&p, (uintptr_t)big, mr->rkey, len);
-	ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, 0));
+	mr = start_long_read(self, _metadata, len, &big);
 	/* The READ is taken: its answer has begun. */
 	ASSERT_LT(0, recv_pkt(&self->w, &a, 3000));
 	ASSERT_EQ(READ_RESP_FIRST, a.b[0]);
