@@ -2484,6 +2484,25 @@ mod tests {
     }
 
     #[test]
+    fn unasked_acks_come_every_4th_psn_while_the_inbox_is_behind() {
+        let b = Backlog::new();
+        let acks = |b: &Backlog| (0..64).filter(|&n| unasked_ack(b, Psn::new(n))).count();
+        // 15, 31, 47, 63.
+        assert_eq!(acks(&b), 4);
+        for _ in 0..BEHIND {
+            b.queue();
+        }
+        assert_eq!(acks(&b), 4);
+        b.queue();
+        assert_eq!(acks(&b), 16);
+        assert!(unasked_ack(&b, Psn::new(3)) && !unasked_ack(&b, Psn::new(4)));
+        b.take();
+        assert_eq!(acks(&b), 4);
+        // The last PSN before the wrap is a 16th's.
+        assert!(unasked_ack(&b, Psn::new(Psn::MASK)));
+    }
+
+    #[test]
     fn parted_qps_answer_duplicates_from_their_peer_newest_first() {
         let mut r = Ring {
             last: [None; PARTED_MAX],
