@@ -60,11 +60,15 @@ pub(crate) enum Counter {
     /// Messages an RC requester sent again after its retransmission timer expired (rxe's
     /// name).
     CompleterRetryErr,
+    /// Packets the device could not send to the network (no route, no memory for the packet,
+    /// refused by the IP layer or the netdev's queue). Lost as on a network: a requester's timer
+    /// sends them again, a peer asks again for a lost answer.
+    SentDroppedPkts,
 }
 
 /// The names, in `Counter` order, with the ODP totals (see [`read_odp`]) between the first
 /// counters and those added later (an index, once shown, never changes).
-pub(crate) static NAMES: [StatDesc; 23] = [
+pub(crate) static NAMES: [StatDesc; 24] = [
     StatDesc::new(c"sent_pkts"),
     StatDesc::new(c"rcvd_pkts"),
     StatDesc::new(c"sent_bytes"),
@@ -88,6 +92,7 @@ pub(crate) static NAMES: [StatDesc; 23] = [
     StatDesc::new(c"duplicate_request"),
     StatDesc::new(c"out_of_seq_request"),
     StatDesc::new(c"completer_retry_err"),
+    StatDesc::new(c"sent_dropped_pkts"),
 ];
 
 /// Index of the first ODP counter in [`NAMES`].
@@ -184,12 +189,14 @@ mod tests {
         s.inc(Counter::SentPkts);
         s.add(Counter::RdmaRecvs, 5);
         s.add(Counter::RcvdDroppedPkts, 3);
+        s.add(Counter::SentDroppedPkts, 2);
         let mut out = [0u64; NAMES.len()];
         s.read(&mut out);
         assert_eq!(out[0], 1);
         assert_eq!(out[11], 5);
         assert_eq!(out[19], 3);
-        assert_eq!(out.iter().sum::<u64>(), 9);
+        assert_eq!(out[23], 2);
+        assert_eq!(out.iter().sum::<u64>(), 11);
         assert_eq!(NAMES.len(), out.len());
     }
 

@@ -321,6 +321,8 @@ FIXTURE(wire) {
 	uint8_t *buf;
 	struct wire w;
 	union ibv_gid peer;
+	/* A test put a queue on veth0 (the teardown takes it away). */
+	int qdisc;
 };
 
 static int connect_peer(struct _test_data_wire *self, const struct rc_opts *o)
@@ -371,6 +373,8 @@ FIXTURE_SETUP(wire)
 
 FIXTURE_TEARDOWN(wire)
 {
+	if (self->qdisc)
+		sh(NULL, 0, "tc qdisc del dev veth0 root");
 	if (self->w.fd > 0)
 		close(self->w.fd);
 	if (self->qp)
@@ -1473,6 +1477,62 @@ TEST_F(wire, requester_without_answer_retries_and_fails)
 }
 
 /*
+ * Packets that cannot leave the host are lost as on a network, and counted in
+ * sent_dropped_pkts (not in sent_pkts): with a queue of no room on veth0 (pfifo, limit 0, which
+ * refuses every packet), an ACK is lost and the peer's duplicate is acknowledged once the
+ * queue is gone; a SEND is lost, and the retransmission timer (2 s here) sends it again.
+ */
+TEST_F_TIMEOUT(wire, packets_that_cannot_leave_are_counted_and_lost, 30)
+{
+	long dropped = cnt("sent_dropped_pkts"), sent, dup = cnt("duplicate_request");
+	int acked = 0, resent = 0;
+	struct ibv_wc wc;
+	struct pkt a;
+
+	ASSERT_EQ(0, post_recv(self->qp, self->buf, 256, self->mr->lkey, 5));
+	ASSERT_EQ(0, sh(NULL, 0, "tc qdisc add dev veth0 root pfifo limit 0"));
+	self->qdisc = 1;
+	sent = cnt("sent_pkts");
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 64, 3, PEER_IP, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(5, wc.wr_id);
+	EXPECT_EQ(dropped + 1, cnt_at("sent_dropped_pkts", dropped + 1)) TH_LOG("the ACK");
+	/* The requester's SEND too. */
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 8, self->mr->lkey, 0, 0, 0, 6));
+	EXPECT_EQ(dropped + 2, cnt_at("sent_dropped_pkts", dropped + 2)) TH_LOG("the SEND");
+	EXPECT_EQ(sent, cnt("sent_pkts"));
+	self->qdisc = 0;
+	ASSERT_EQ(0, sh(NULL, 0, "tc qdisc del dev veth0 root"));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 100)) TH_LOG("a packet left: 0x%x", a.b[0]);
+	/*
+	 * The peer asks again: acknowledged now. The SEND goes again when the timer fires (this
+	 * or the ACK first), and completes on its ACK.
+	 */
+	ASSERT_EQ(0, send_only(&self->w, self->qp->qp_num, 0, 64, 3, PEER_IP, 0));
+	for (int k = 0; k < 2 && recv_pkt(&self->w, &a, 5000) > 0; k++) {
+		EXPECT_EQ(0, pkt_psn(&a));
+		EXPECT_EQ((uint32_t)PEER_QPN, get24(a.b + 5));
+		if (a.b[0] == ACK) {
+			EXPECT_EQ(ACK_SYN, a.b[12]);
+			acked++;
+		} else {
+			EXPECT_EQ(SEND_ONLY, a.b[0]);
+			resent++;
+		}
+	}
+	EXPECT_EQ(1, acked);
+	ASSERT_EQ(1, resent);
+	EXPECT_EQ(dup + 1, cnt("duplicate_request"));
+	ASSERT_EQ(0, answer(&self->w, self->qp->qp_num, ACK_SYN, 0));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(6, wc.wr_id);
+	EXPECT_EQ(dropped + 2, cnt("sent_dropped_pkts"));
+	EXPECT_EQ(sent + 2, cnt("sent_pkts"));
+}
+
+/*
  * Retries in a row without an answer back off: the timer runs the QP's timeout T before the
  * first retry, 2T before the second, 4T (IBTA's upper bound for the transport timer) before
  * each after that, so that a peer slow to answer is not flooded by every QP's retransmissions.
@@ -2478,13 +2538,14 @@ TEST_F(wire, hostile_requests_through_a_nested_window_get_naks_and_write_nothing
 }
 
 /*
- * A valid packet of kind k (0-5) at the fixture's QP, from which the mutations start: SENDs,
- * a WRITE and a READ into the MR, both atomics, an ACK nobody asked for.
+ * A valid packet of kind k (0-5) at QP q, from which the mutations start: SENDs, a WRITE and
+ * a READ into the fixture's MR, both atomics, an ACK nobody asked for.
  */
-static void template(struct _test_data_wire *self, struct pkt *p, int k, uint32_t psn)
+static void template(struct _test_data_wire *self, struct pkt *p, int k, uint32_t q,
+		     uint32_t psn)
 {
 	uint64_t va = (uintptr_t)self->buf;
-	uint32_t q = self->qp->qp_num, rkey = self->mr->rkey;
+	uint32_t rkey = self->mr->rkey;
 	uint8_t h[28] = { 0 };
 
 	switch (k) {
@@ -2520,6 +2581,23 @@ static void template(struct _test_data_wire *self, struct pkt *p, int k, uint32_
 }
 
 /*
+ * A valid packet at QP q and psn (a random kind) mutated: up to four bits flipped anywhere in
+ * its headers and payload, one in eight cut short, one in sixteen of the rest grown.
+ */
+static void mutant(struct _test_data_wire *self, struct pkt *p, uint32_t q, uint32_t psn)
+{
+	int flips = random() % 5;
+
+	template(self, p, random() % 6, q, psn);
+	for (int f = 0; f < flips; f++)
+		p->b[random() % p->len] ^= 1 << (random() % 8);
+	if (random() % 8 == 0)
+		p->len = 1 + random() % p->len;
+	else if (random() % 16 == 0)
+		p->len += random() % 64;
+}
+
+/*
  * 10,000 packets from the connected peer, each a valid request mutated: bytes flipped
  * anywhere in the headers and payload, cut short, grown, the PSN near the expected one or
  * anywhere, one in eight with a bad ICRC. Each may be taken, dropped or NAK'd; a NAK that
@@ -2545,15 +2623,7 @@ TEST_F_TIMEOUT(wire, ten_thousand_mutated_packets_leave_the_qp_working, 120)
 	for (int i = 0; i < 32; i++)
 		ASSERT_EQ(0, post_recv(self->qp, self->buf + 32768, 4096, self->mr->lkey, i));
 	for (int i = 0; i < 10000; i++) {
-		int flips = random() % 5;
-
-		template(self, &p, random() % 6, random() % 4 ? random() % 8 : random());
-		for (int f = 0; f < flips; f++)
-			p.b[random() % p.len] ^= 1 << (random() % 8);
-		if (random() % 8 == 0)
-			p.len = 1 + random() % p.len;
-		else if (random() % 16 == 0)
-			p.len += random() % 64;
+		mutant(self, &p, self->qp->qp_num, random() % 4 ? random() % 8 : random());
 		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, random() % 8 == 0));
 		if (i % 250 != 249)
 			continue;
@@ -2588,6 +2658,70 @@ TEST_F_TIMEOUT(wire, ten_thousand_mutated_packets_leave_the_qp_working, 120)
 	fill(want, 64, 5);
 	EXPECT_EQ(0, memcmp(want, self->buf, 64));
 	EXPECT_ACK(&self->w, ACK, ACK_SYN, 0);
+}
+
+#define PARTED_MUTANTS 1000
+
+/*
+ * 1,000 mutated packets from the peer of a QP destroyed a moment ago, at its number (the
+ * fixture's QP destroyed too, so that no live QP can take one whose QPN a flip changed): each
+ * is answered with the destroyed QP's last ACK (PSN 1, MSN 2, to its peer's QP) or dropped and
+ * counted; nothing is executed and nothing else is sent.
+ */
+TEST_F_TIMEOUT(wire, mutated_packets_at_a_destroyed_qp_get_its_last_ack_or_nothing, 60)
+{
+	struct ibv_qp *qp2 = make_qp(&self->d, self->cq, self->cq, IBV_QPT_RC, NULL);
+	long rcvd, dup, dropped, answers = 0;
+	uint8_t *want = malloc(BUF_LEN);
+	int rcvbuf = 8 << 20;
+	struct ibv_wc wc;
+	struct pkt p, a;
+	uint32_t q;
+
+	ASSERT_NE(NULL, qp2);
+	ASSERT_NE(NULL, want);
+	/* Room for every answer until the test reads them. */
+	ASSERT_EQ(0, setsockopt(self->w.fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)));
+	q = qp2->qp_num;
+	ASSERT_EQ(0, rc_connect(qp2, &self->d, PEER_QPN + 1, &self->peer, wire_opts()));
+	for (int i = 0; i < 2; i++)
+		ASSERT_EQ(0, post_recv(qp2, self->buf, 256, self->mr->lkey, i));
+	for (uint32_t psn = 0; psn < 2; psn++) {
+		ASSERT_EQ(0, send_only(&self->w, q, psn, 64, 3, PEER_IP, 0));
+		ASSERT_LT(0, recv_pkt(&self->w, &a, 3000)) TH_LOG("no ACK");
+	}
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	ASSERT_EQ(0, ibv_destroy_qp(qp2));
+	ASSERT_EQ(0, ibv_destroy_qp(self->qp));
+	self->qp = NULL;
+	fill(self->buf, BUF_LEN, 21);
+	memcpy(want, self->buf, BUF_LEN);
+	rcvd = cnt("rcvd_pkts");
+	dup = cnt("duplicate_request");
+	dropped = cnt("rcvd_dropped_pkts");
+	srandom(20261129);
+	for (int i = 0; i < PARTED_MUTANTS; i++) {
+		mutant(self, &p, q, random() % 4 ? random() % 3 : random());
+		ASSERT_EQ(0, send_pkt(&self->w, &p, PEER_IP, random() % 8 == 0));
+	}
+	EXPECT_EQ(rcvd + PARTED_MUTANTS, cnt_at("rcvd_pkts", rcvd + PARTED_MUTANTS));
+	while (recv_pkt(&self->w, &a, 300) > 0) {
+		answers++;
+		EXPECT_EQ(ACK, a.b[0]);
+		EXPECT_EQ(ACK_SYN, a.b[12]);
+		EXPECT_EQ(1, pkt_psn(&a));
+		EXPECT_EQ(PEER_QPN + 1, get24(a.b + 5));
+		EXPECT_EQ(2, get24(a.b + 13));
+	}
+	dup = cnt("duplicate_request") - dup;
+	dropped = cnt_at("rcvd_dropped_pkts", dropped + PARTED_MUTANTS - dup) - dropped;
+	TH_LOG("%ld answered, %ld dropped", dup, dropped);
+	EXPECT_EQ(dup, answers);
+	EXPECT_EQ(PARTED_MUTANTS, dup + dropped);
+	EXPECT_LT(0, dup) TH_LOG("no mutant was a duplicate to answer");
+	EXPECT_EQ(0, memcmp(want, self->buf, BUF_LEN)) TH_LOG("memory written");
+	free(want);
 }
 
 /* A UC QP of the fixture's device connected to the fake peer (its own CQ and QP numbers). */

@@ -123,7 +123,8 @@ impl Tx {
     }
 
     /// Sends one packet: `hdr` (its pad set here) and `payload` bytes that `fill` writes,
-    /// then the ICRC; counts it in `sent_pkts` and `sent_bytes`.
+    /// then the ICRC; counts it in `sent_pkts` and `sent_bytes`, or, lost on its way out, in
+    /// `sent_dropped_pkts`.
     pub(super) fn send(
         &self,
         stats: &Stats,
@@ -132,7 +133,10 @@ impl Tx {
         fill: impl FnOnce(&mut [u8]) -> Result,
     ) -> Result<(), NotSent> {
         hdr.bth.pad = pad_len(payload);
-        let info = hdr.info().map_err(|_| NotSent::Lost)?;
+        let info = hdr.info().map_err(|_| {
+            stats.inc(Counter::SentDroppedPkts);
+            NotSent::Lost
+        })?;
         let len = packet_len(info, payload);
         let d = Datagram {
             src: &self.src,
@@ -156,6 +160,7 @@ impl Tx {
             if local.get() {
                 NotSent::Local
             } else {
+                stats.inc(Counter::SentDroppedPkts);
                 NotSent::Lost
             }
         })?;
@@ -539,4 +544,30 @@ fn inbound(pkt: &udp::Packet<'_>) -> Option<Inbound> {
         tclass,
         raw,
     })
+}
+
+#[kunit_tests(rodp_wire)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_packets_share_one_budget_of_an_inbox_per_device() {
+        let b = Backlog::new();
+        for _ in 0..INBOX_LEN {
+            assert!(b.keep());
+        }
+        // The next is refused (its QP drops and counts it), and refusing takes no place.
+        assert!(!b.keep());
+        assert!(!b.keep());
+        b.unkeep();
+        assert!(b.keep());
+        assert!(!b.keep());
+        // Queued and taken datagrams are another count.
+        b.queue();
+        b.queue();
+        b.take();
+        assert_eq!(b.waiting(), 1);
+        assert!(b.reached(1));
+        assert!(!b.reached(b.mark()));
+    }
 }
