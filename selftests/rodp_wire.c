@@ -15,8 +15,10 @@
  * and counted: a bad ICRC, a stranger's source
  * address, a PSN gap (one NAK), a duplicate (acknowledged again, delivered once), a WRITE
  * beyond the MR (NAK, QP in error), a packet out of its message's order (NAK), answers nobody
- * asked for. The requester: a two-packet SEND completes on the peer's ACK, an RNR NAK and a
- * PSN sequence NAK make it send again, silence makes it retry retry_cnt times and fail, a
+ * asked for, mutated packets at a QP just destroyed (its last ACK or nothing). Packets that
+ * cannot leave are counted. The requester: a two-packet SEND completes on the peer's ACK, an
+ * RNR NAK and a PSN sequence NAK make it send again, silence makes it retry retry_cnt times
+ * and fail, a
  * READ's response lands in place, and answers that do not fit a READ or an atomic sent behind
  * the head are dropped. UD: a group's datagram is taken at QP 0xffffff of a group
  * with members only.
