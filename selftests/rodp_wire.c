@@ -1576,7 +1576,9 @@ TEST_F(wire, retries_in_a_row_back_off_up_to_four_times_the_timeout)
 /*
  * A PSN sequence NAK is a transport retry, but one further on in the message than any before
  * says the peer took more of it: the retries start afresh (as rxe's do on every answer that
- * moves on), and only NAKs that bring nothing new run them out.
+ * moves on). A NAK that brings nothing new after the resend it asked for is a copy (a responder
+ * NAKs a gap once), or stale when it is behind the furthest: no answer, and the timer (2 s
+ * here) runs the retries out.
  */
 /*
  * With retry_cnt 1, sends a SEND of four packets and answers each transmission of it with a
@@ -1611,7 +1613,7 @@ static void nak_each_send(FIXTURE_DATA(wire) *self, struct __test_metadata *_met
 		if ((int)naks[i] > from)
 			from = naks[i];
 	}
-	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 5000));
 	EXPECT_EQ(IBV_WC_RETRY_EXC_ERR, wc.status);
 	EXPECT_EQ(5, wc.wr_id);
 	EXPECT_EQ(0, recv_pkt(&self->w, &a, 200)) TH_LOG("sent after failing");
@@ -1628,13 +1630,56 @@ TEST_F(wire, requester_sequence_naks_further_on_start_the_retries_afresh)
 
 /*
  * A peer that NAKs further on, then back again, gains nothing: only a PSN beyond the furthest
- * one NAKed so far is progress, so retries stay bounded by the message's packets.
+ * one NAKed so far is progress, so retries stay bounded by the message's packets (the NAK
+ * behind is stale, and the timer ends it).
  */
 TEST_F(wire, requester_sequence_naks_going_back_are_charged)
 {
 	static const uint32_t nak_at[] = { 3, 1 };
 
 	nak_each_send(self, _metadata, nak_at, 2, 1);
+}
+
+/*
+ * A PSN sequence NAK that the network doubled goes back N once: the copy that comes after the
+ * resend, and a stale NAK behind it, send nothing and spend no retry (rxe's completer starts no
+ * retry while one it started runs); the ACK then completes the SEND with one retry counted.
+ * Before, the copy went back N again and spent a retry: with retry_cnt 1 it failed the SEND.
+ * (The waits for nothing stay well within the timer's 2 s.)
+ */
+TEST_F(wire, requester_goes_back_once_for_a_doubled_sequence_nak)
+{
+	struct rc_opts o = *wire_opts();
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	long retries = cnt("completer_retry_err"), exceeded = cnt("retry_exceeded_err");
+	uint32_t q = self->qp->qp_num;
+	struct ibv_wc wc;
+	struct pkt a;
+
+	o.retry_cnt = 1;
+	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
+	ASSERT_EQ(0, connect_peer(self, &o));
+	fill(self->buf, 3 * MTU + 100, 9);
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 3 * MTU + 100, self->mr->lkey, 0,
+			       0, 0, 6));
+	for (int k = 0; k < 4; k++)
+		EXPECT_REQ(&self->w, &a, k == 0 ? SEND_FIRST : k == 3 ? SEND_LAST : SEND_MIDDLE, k);
+	ASSERT_EQ(0, answer(&self->w, q, 0x60, 1));
+	for (int k = 1; k < 4; k++)
+		EXPECT_REQ(&self->w, &a, k == 3 ? SEND_LAST : SEND_MIDDLE, k);
+	/* The copy, then a stale one: nothing. */
+	ASSERT_EQ(0, answer(&self->w, q, 0x60, 1));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 200)) TH_LOG("sent 0x%x at %u again", a.b[0],
+							  pkt_psn(&a));
+	ASSERT_EQ(0, answer(&self->w, q, 0x60, 0));
+	EXPECT_EQ(0, recv_pkt(&self->w, &a, 200)) TH_LOG("sent 0x%x at %u again", a.b[0],
+							  pkt_psn(&a));
+	ASSERT_EQ(0, answer(&self->w, q, ACK_SYN, 3));
+	ASSERT_EQ(1, poll1(self->cq, &wc, 3000));
+	EXPECT_EQ(IBV_WC_SUCCESS, wc.status);
+	EXPECT_EQ(6, wc.wr_id);
+	EXPECT_EQ(retries + 1, cnt("completer_retry_err"));
+	EXPECT_EQ(exceeded, cnt("retry_exceeded_err"));
 }
 
 /*

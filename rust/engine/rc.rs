@@ -415,6 +415,13 @@ pub(crate) struct Requester {
     /// How far the peer had got into the head's message when the requester last looked
     /// (`Due::reached`).
     seen_reached: Psn,
+    /// The head went again from this PSN (`Due::reached`) for a PSN sequence NAK, and the peer
+    /// has got no further since: another sequence NAK there is a copy of that one (doubled by
+    /// the network; a responder NAKs a gap once, until the packet comes), which the resend
+    /// under way answers already. Going back N again would send the packets twice more and
+    /// spend a retry; rxe's completer, too, starts no retry for a NAK while one it started
+    /// runs (`started_retry`). The timer still resends a resend that was lost.
+    nak_resent: Option<Psn>,
     /// The inbox's mark ([`Backlog`]) when the retransmission timer fired with datagrams
     /// that arrived before it still queued: the retry waits until the inbox gets past them.
     inbox_mark: Option<u64>,
@@ -443,6 +450,7 @@ impl Requester {
         self.sent_end = self.next_psn;
         self.head_sent = self.next_psn;
         self.inbox_mark = None;
+        self.nak_resent = None;
     }
 
     /// Messages sent behind the head, waiting for their answers.
@@ -785,6 +793,15 @@ fn advance(
         st.seen_reached = r;
         *retry_left = None;
     }
+    // A copy of the sequence NAK the head went again for: no answer.
+    let outcome = match outcome {
+        Some(Outcome::Resend(false))
+            if !st.after_rnr && st.nak_resent.is_some() && reached == st.nak_resent =>
+        {
+            None
+        }
+        o => o,
+    };
     if outcome.is_none() {
         if let Some(step) = more(qp, st, a, sgid, m, mtu, f) {
             return step;
@@ -793,6 +810,7 @@ fn advance(
     match outcome {
         Some(Outcome::Ack(orig)) => {
             st.inflight = None;
+            st.nak_resent = None;
             if m.opcode == WrOpcode::RdmaRead {
                 let data = buf.as_deref().and_then(|b| b.get(..f.len));
                 let placed = data.is_some_and(|d| {
@@ -833,11 +851,15 @@ fn advance(
             if further {
                 *retry_left = None;
             }
+            st.nak_resent = reached;
             again(qp, st, Some(retry_left), a, sgid, m, mtu, f)
         }
         // One after an RNR NAK: the peer refused the packets sent behind the one it could
         // not take yet (rxe and rodp keep their expected PSN there), and the RNR wait is over.
-        Some(Outcome::Resend(_)) => again(qp, st, None, a, sgid, m, mtu, f),
+        Some(Outcome::Resend(_)) => {
+            st.nak_resent = reached;
+            again(qp, st, None, a, sgid, m, mtu, f)
+        }
         None if timer_running => Step::Exec(Exec::Pending),
         // After an RNR NAK's wait the message goes again without a transport retry (whatever
         // came before the NAK).
@@ -1636,12 +1658,18 @@ fn answer(e: &mut Expect, p: &Packet<'_>, psn: Psn, open: bool) -> Option<Option
             e.due.reached = psn;
             Some(Some(Outcome::Rnr(t)))
         }
+        // The peer expects this packet: the message goes again from there. (One for a packet
+        // before the furthest the peer is known to have is stale: it answers a transmission
+        // from before a later answer.)
         (Kind::Ack, Some(Syndrome::Nak(NakCode::PsnSeqErr))) if within => {
-            let further = psn.diff(e.due.reached) > 0;
-            if further {
+            let d = psn.diff(e.due.reached);
+            if d < 0 {
+                return Some(None);
+            }
+            if d > 0 {
                 e.due.reached = psn;
             }
-            Some(Some(Outcome::Resend(further)))
+            Some(Some(Outcome::Resend(d > 0)))
         }
         (Kind::Ack, Some(Syndrome::Nak(code))) if within => Some(Some(nak_outcome(code))),
         (Kind::AtomicAck, Some(Syndrome::Ack(_)))
@@ -2821,17 +2849,24 @@ mod tests {
             Some(Some(Outcome::Rnr(3)))
         ));
         let seq = Some(Syndrome::Nak(NakCode::PsnSeqErr));
+        // The RNR NAK at 11 said the peer has 10: a NAK there is stale, no answer.
         assert!(matches!(
             feed(&mut e, Opcode::RC_ACKNOWLEDGE, 10, seq, &[]),
-            Some(Some(Outcome::Resend(false)))
+            Some(None)
         ));
-        // One further on than any answer before (the RNR NAK at 11 said the peer has 10) says
-        // the peer took more of the message: progress, once.
-        for (psn, further) in [(11, false), (12, true), (12, false), (10, false)] {
-            assert!(matches!(
-                feed(&mut e, Opcode::RC_ACKNOWLEDGE, psn, seq, &[]),
-                Some(Some(Outcome::Resend(f))) if f == further
-            ));
+        // One further on than any answer before says the peer took more of the message:
+        // progress, once; one behind it is stale.
+        for (psn, further) in [
+            (11, Some(false)),
+            (12, Some(true)),
+            (12, Some(false)),
+            (11, None),
+        ] {
+            let o = feed(&mut e, Opcode::RC_ACKNOWLEDGE, psn, seq, &[]);
+            match further {
+                Some(y) => assert!(matches!(o, Some(Some(Outcome::Resend(f))) if f == y)),
+                None => assert!(matches!(o, Some(None))),
+            }
         }
         let acc = Some(Syndrome::Nak(NakCode::RemAccess));
         assert!(feed(&mut e, Opcode::RC_ACKNOWLEDGE, 20, acc, &[]).is_none());
