@@ -654,7 +654,15 @@ impl Expect {
         match self.later {
             Some((p, o)) if p.diff(self.due.first) >= 0 && p.diff(self.due.last) <= 0 => {
                 self.later = None;
-                Some(o)
+                // A sequence or RNR NAK within it: the peer took every packet before `p`, from
+                // where it goes again (as `answer` takes one for the head).
+                if matches!(o, Outcome::Resend(_) | Outcome::Rnr(_)) {
+                    self.due.reached = p;
+                }
+                Some(match o {
+                    Outcome::Resend(_) => Outcome::Resend(p != self.due.first),
+                    o => o,
+                })
             }
             // A NAK for a message before this one (answered by an ACK since) is stale.
             Some((p, _)) if p.diff(self.due.first) < 0 => {
@@ -1237,8 +1245,10 @@ fn again(
         reask(&mut ans, f, mtu)
     };
     let Some(g) = g else {
-        // Nothing went again: after an RNR NAK's wait, a resend still follows that wait.
+        // Nothing went again: after an RNR NAK's wait, a resend still follows that wait; and
+        // no resend answers a sequence NAK (the next one is acted on).
         st.after_rnr |= left.is_none();
+        st.nak_resent = None;
         return Step::Exec(Exec::Pending);
     };
     if let Some(left) = left {
@@ -2800,10 +2810,9 @@ mod tests {
         assert!(feed_to(&mut e, false, Opcode::RC_ACKNOWLEDGE, 21, ack, &[]).is_none());
         assert!(feed_to(&mut e, false, Opcode::RC_ACKNOWLEDGE, 12, ack, &[]).is_none());
         assert!(matches!(e.promote(msg(13, 3)), Some(Outcome::Ack(_))));
-        assert!(matches!(
-            e.promote(msg(16, 5)),
-            Some(Outcome::Resend(false))
-        ));
+        // The NAK at 18 says the peer has 16 and 17: it goes again from 18.
+        assert!(matches!(e.promote(msg(16, 5)), Some(Outcome::Resend(true))));
+        assert_eq!(e.due.reached, Psn::new(18));
         assert!(e.later.is_none());
         // The head at 16..=20 again (sent again, nothing behind it): only its own last PSN.
         e.sent_last = e.due.last;
