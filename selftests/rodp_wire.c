@@ -1585,6 +1585,24 @@ TEST_F(wire, retries_in_a_row_back_off_up_to_four_times_the_timeout)
  * retries out.
  */
 /*
+ * The fixture's QP connected again with retry_cnt 1, and a SEND of four packets (3 KiB and 100
+ * bytes of pattern seed, wr_id id) posted on it.
+ */
+static void post_four_packets(FIXTURE_DATA(wire) *self, struct __test_metadata *_metadata,
+			      int seed, uint64_t id)
+{
+	struct rc_opts o = *wire_opts();
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+
+	o.retry_cnt = 1;
+	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
+	ASSERT_EQ(0, connect_peer(self, &o));
+	fill(self->buf, 3 * MTU + 100, seed);
+	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 3 * MTU + 100, self->mr->lkey, 0,
+			       0, 0, id));
+}
+
+/*
  * With retry_cnt 1, sends a SEND of four packets and answers each transmission of it with a
  * PSN sequence NAK at naks[i] (n of them); each transmission after the first starts at the
  * furthest PSN NAKed so far (the peer has every packet before it), as a middle or last packet
@@ -1594,19 +1612,12 @@ TEST_F(wire, retries_in_a_row_back_off_up_to_four_times_the_timeout)
 static void nak_each_send(FIXTURE_DATA(wire) *self, struct __test_metadata *_metadata,
 			  const uint32_t *naks, int n, long retries)
 {
-	struct rc_opts o = *wire_opts();
-	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
 	long before = cnt("completer_retry_err"), exceeded = cnt("retry_exceeded_err");
 	uint32_t q = self->qp->qp_num;
 	struct ibv_wc wc;
 	struct pkt a;
 
-	o.retry_cnt = 1;
-	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
-	ASSERT_EQ(0, connect_peer(self, &o));
-	fill(self->buf, 3 * MTU + 100, 8);
-	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 3 * MTU + 100, self->mr->lkey, 0,
-			       0, 0, 5));
+	post_four_packets(self, _metadata, 8, 5);
 	for (int i = 0, from = 0; i < n; i++) {
 		for (int k = from; k < 4; k++) {
 			EXPECT_REQ(&self->w, &a, k == 0 ? SEND_FIRST : k == 3 ? SEND_LAST : SEND_MIDDLE,
@@ -1655,19 +1666,12 @@ TEST_F(wire, requester_sequence_naks_going_back_are_charged)
  */
 TEST_F(wire, requester_goes_back_once_for_a_doubled_sequence_nak)
 {
-	struct rc_opts o = *wire_opts();
-	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
 	long retries = cnt("completer_retry_err"), exceeded = cnt("retry_exceeded_err");
 	uint32_t q = self->qp->qp_num;
 	struct ibv_wc wc;
 	struct pkt a;
 
-	o.retry_cnt = 1;
-	ASSERT_EQ(0, ibv_modify_qp(self->qp, &reset, IBV_QP_STATE));
-	ASSERT_EQ(0, connect_peer(self, &o));
-	fill(self->buf, 3 * MTU + 100, 9);
-	ASSERT_EQ(0, post_send(self->qp, IBV_WR_SEND, self->buf, 3 * MTU + 100, self->mr->lkey, 0,
-			       0, 0, 6));
+	post_four_packets(self, _metadata, 9, 6);
 	for (int k = 0; k < 4; k++)
 		EXPECT_REQ(&self->w, &a, k == 0 ? SEND_FIRST : k == 3 ? SEND_LAST : SEND_MIDDLE, k);
 	ASSERT_EQ(0, answer(&self->w, q, 0x60, 1));
